@@ -1,0 +1,32 @@
+# The two set-up commands of the README: `make run` and `make test`.
+# Each creates .venv and installs the project into it when needed.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# This machine keeps the CPU build of torch here; pip takes it from there instead of a CUDA build.
+FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
+
+.PHONY: run test lint p4 p4info bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check $(FIND_LINKS) -e '.[dev,torch]'
+	touch $@
+
+run: $(BIN)/.installed
+	$(BIN)/inasched up --demo
+
+test: $(BIN)/.installed
+	$(BIN)/pytest
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+p4info: $(BIN)/.installed
+	$(BIN)/python -m p4ctl.p4info --write p4/build/inasched.p4info.txtpb
+
+p4: $(BIN)/.installed
+	$(BIN)/python -m p4ctl.build
+
+clean:
+	rm -rf $(VENV) .pytest_cache .coverage

@@ -1,0 +1,175 @@
+"""The control-plane contract as a P4Info, built from the protocol constants.
+
+``p4/build/inasched.p4info.txtpb`` is `build_p4info()` for the default sizing, committed as
+text; the soft switch builds the same message for its own sizing and refuses any other, and the
+P4 program pins the same names and ids with ``@name``/``@id`` annotations (checked by a test).
+
+    python -m p4ctl.p4info --write p4/build/inasched.p4info.txtpb   # regenerate
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf import text_format
+from p4.config.v1 import p4info_pb2
+
+from p4ctl.protocol import MAX_JOBS, DropReason
+from p4ctl.rule import JOB_COUNTERS, Registers
+
+__all__ = [
+    "DEFAULT_AGGREGATORS",
+    "DEFAULT_LANES",
+    "MAX_PORTS",
+    "COMMITTED_P4INFO",
+    "Sizing",
+    "build_p4info",
+    "p4info_text",
+]
+
+# ATP's Tofino prototype fits about 20,000 aggregators of 62 lanes; we round to 20,480 of 64.
+DEFAULT_AGGREGATORS = 20480
+DEFAULT_LANES = 64
+# v1model ports are 9 bits wide; port 511 is BMv2's drop port.
+PORT_BITS = 9
+MAX_PORTS = 511
+# One entry per (job, worker) plus each job's PS.
+WORKER_TABLE_SIZE = MAX_JOBS * 33
+
+COMMITTED_P4INFO = Path(__file__).resolve().parent.parent / "build" / "inasched.p4info.txtpb"
+
+_PREFIX = p4info_pb2.P4Ids
+
+
+@dataclass(frozen=True, slots=True)
+class Sizing:
+    """The compile-time sizes a pipeline is built for."""
+
+    aggregators: int = DEFAULT_AGGREGATORS
+    lanes: int = DEFAULT_LANES
+
+
+# (name, bit width) of every scalar aggregator register, in `Registers.SCALAR_ARRAYS` order.
+AGG_REGISTER_WIDTHS: dict[str, int] = {
+    "agg_job": 16,
+    "agg_seq": 32,
+    "agg_state": 8,
+    "agg_bitmap": 32,
+    "agg_count": 8,
+    "agg_exponent": 8,
+    "agg_priority": 8,
+}
+assert tuple(AGG_REGISTER_WIDTHS) == Registers.SCALAR_ARRAYS
+
+# name -> (match fields [(name, width)], action names, size)
+TABLES: dict[str, tuple[list[tuple[str, int]], list[str], int]] = {
+    "job_table": ([("job", 16)], ["set_job", "unknown_job"], MAX_JOBS),
+    "worker_table": (
+        [("job", 16), ("worker", 8), ("src_addr", 32), ("src_port", 16)],
+        ["allow_source", "reject_source"],
+        WORKER_TABLE_SIZE,
+    ),
+    "port_table": ([("egress_port", PORT_BITS)], ["set_endpoint", "NoAction"], MAX_PORTS),
+}
+
+ACTIONS: dict[str, list[tuple[str, int]]] = {
+    "NoAction": [],
+    "set_job": [
+        ("policy", 8),
+        ("fan_in", 8),
+        ("part_base", 32),
+        ("part_size", 32),
+        ("mcast_group", 16),
+        ("ps_port", PORT_BITS),
+    ],
+    "unknown_job": [],
+    "allow_source": [("port", PORT_BITS)],
+    "reject_source": [],
+    "set_endpoint": [("addr", 32), ("udp_port", 16)],
+}
+
+
+def _id(prefix: int, index: int) -> int:
+    return (prefix << 24) | index
+
+
+def build_p4info(sizing: Sizing = Sizing()) -> p4info_pb2.P4Info:
+    """The P4Info of the inasched pipeline for `sizing` (ids are stable across sizings)."""
+    info = p4info_pb2.P4Info()
+    info.pkg_info.name = "inasched"
+    info.pkg_info.version = "1"
+    info.pkg_info.arch = "v1model"
+
+    action_ids = {name: _id(_PREFIX.ACTION, n) for n, name in enumerate(ACTIONS, start=1)}
+    for name, params in ACTIONS.items():
+        action = info.actions.add()
+        action.preamble.id = action_ids[name]
+        action.preamble.name = name
+        action.preamble.alias = name
+        for pid, (pname, width) in enumerate(params, start=1):
+            param = action.params.add()
+            param.id = pid
+            param.name = pname
+            param.bitwidth = width
+
+    for n, (name, (fields, actions, size)) in enumerate(TABLES.items(), start=1):
+        table = info.tables.add()
+        table.preamble.id = _id(_PREFIX.TABLE, n)
+        table.preamble.name = name
+        table.preamble.alias = name
+        for fid, (fname, width) in enumerate(fields, start=1):
+            field = table.match_fields.add()
+            field.id = fid
+            field.name = fname
+            field.bitwidth = width
+            field.match_type = p4info_pb2.MatchField.EXACT
+        for aname in actions:
+            table.action_refs.add().id = action_ids[aname]
+        table.size = size
+
+    registers: list[tuple[str, int, int]] = [("job_priority", 8, MAX_JOBS)]
+    registers += [(name, width, sizing.aggregators) for name, width in AGG_REGISTER_WIDTHS.items()]
+    registers += [(f"agg_lane_{lane}", 32, sizing.aggregators) for lane in range(sizing.lanes)]
+    for n, (name, width, size) in enumerate(registers, start=1):
+        register = info.registers.add()
+        register.preamble.id = _id(_PREFIX.REGISTER, n)
+        register.preamble.name = name
+        register.preamble.alias = name
+        register.type_spec.bitstring.bit.bitwidth = width
+        register.size = size
+
+    counters = [(name, MAX_JOBS) for name in JOB_COUNTERS] + [("drop_reason", len(DropReason))]
+    for n, (name, size) in enumerate(counters, start=1):
+        counter = info.counters.add()
+        counter.preamble.id = _id(_PREFIX.COUNTER, n)
+        counter.preamble.name = name
+        counter.preamble.alias = name
+        counter.spec.unit = p4info_pb2.CounterSpec.BOTH
+        counter.size = size
+    return info
+
+
+def p4info_text(sizing: Sizing = Sizing()) -> str:
+    """`build_p4info` as protobuf text format (what is committed)."""
+    return text_format.MessageToString(build_p4info(sizing))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Print or write the inasched P4Info.")
+    parser.add_argument("--write", type=Path, help="write the text P4Info to this file")
+    parser.add_argument("--aggregators", type=int, default=DEFAULT_AGGREGATORS)
+    parser.add_argument("--lanes", type=int, default=DEFAULT_LANES)
+    args = parser.parse_args(argv)
+    text = p4info_text(Sizing(args.aggregators, args.lanes))
+    if args.write:
+        args.write.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

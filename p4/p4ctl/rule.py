@@ -1,0 +1,450 @@
+"""The per-fragment switch rule: what one packet does to the registers, and what leaves.
+
+Contract 2 of ``ARCHITECTURE.md``, implemented once. The soft switch calls `check` and
+`process` for every datagram; the simulator calls them for every simulated fragment; the P4
+program implements the same cases and is held to them by ``p4/vectors/*.json``. Nothing here
+does I/O or reads a clock: registers in, registers mutated, a `Verdict` out.
+
+The cases, per policy (``p4/PROTOCOL.md`` has the full tables):
+
+- ``static`` (SwitchML): the slot is fixed by the sequence number; the first contribution of
+  a new sequence overwrites, later ones add, the n-th multicasts the result; a retransmission
+  after completion gets the stored result unicast back.
+- ``atp`` (ATP): a free aggregator is claimed by the first fragment; other jobs' or other
+  sequences' fragments bypass to their PS; the complete sum goes to the PS and the aggregator is
+  freed when the PS result passes back through the switch.
+- ``esa`` (ESA): as ``atp``, plus a higher-priority job takes over a partial aggregator (the
+  evicted partial sum leaves for its own PS in the same pass) and a complete aggregator is
+  reusable at once (the result is multicast and copied to the PS).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from p4ctl.protocol import (
+    MAX_JOBS,
+    PS_WORKER_ID,
+    AggState,
+    DropReason,
+    Flag,
+    Kind,
+    Packet,
+    Policy,
+)
+
+__all__ = [
+    "COUNTERS",
+    "JOB_COUNTERS",
+    "JobConfig",
+    "Outcome",
+    "Registers",
+    "ToGroup",
+    "ToPort",
+    "Verdict",
+    "check",
+    "hashed_index",
+    "process",
+    "static_index",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class JobConfig:
+    """One entry of the switch's job table.
+
+    `part_base`/`part_size` describe a static job's partition: `part_size` slots of two copies
+    each, so aggregators ``part_base .. part_base + 2 * part_size - 1``.
+    """
+
+    job_id: int
+    policy: Policy
+    fan_in: int
+    part_base: int = 0
+    part_size: int = 0
+    mcast_group: int = 0
+    ps_port: int = 0
+
+
+class Registers:
+    """The switch's register arrays, named as in the P4 program.
+
+    Scalar arrays are Python lists (the soft switch touches single cells, and list cells are
+    an order of magnitude cheaper than numpy scalars); lanes are one ``(aggregators, k)`` int32
+    array, which the P4 program splits into k arrays ``agg_lane_0 .. agg_lane_{k-1}``.
+    """
+
+    SCALAR_ARRAYS = (
+        "agg_job",
+        "agg_seq",
+        "agg_state",
+        "agg_bitmap",
+        "agg_count",
+        "agg_exponent",
+        "agg_priority",
+    )
+
+    def __init__(self, aggregators: int, lanes: int, max_jobs: int = MAX_JOBS) -> None:
+        if aggregators <= 0:
+            raise ValueError(f"aggregators must be positive, got {aggregators}")
+        self.aggregators = aggregators
+        self.k = lanes
+        self.agg_job = [0] * aggregators
+        self.agg_seq = [0] * aggregators
+        self.agg_state = [int(AggState.FREE)] * aggregators
+        self.agg_bitmap = [0] * aggregators
+        self.agg_count = [0] * aggregators
+        self.agg_exponent = [0] * aggregators
+        self.agg_priority = [0] * aggregators
+        self.agg_lanes = np.zeros((aggregators, lanes), dtype=np.int32)
+        self.job_priority = [0] * max_jobs
+
+    def free(self, index: int) -> None:
+        """Return aggregator `index` to the pool (lanes are overwritten on the next claim)."""
+        self.agg_state[index] = AggState.FREE
+        self.agg_bitmap[index] = 0
+        self.agg_count[index] = 0
+
+    def reclaim_job(self, job: int) -> int:
+        """Free every aggregator `job` holds; returns how many. Idempotent."""
+        freed = 0
+        for i, owner in enumerate(self.agg_job):
+            if owner == job and self.agg_state[i] != AggState.FREE:
+                self.free(i)
+                freed += 1
+        return freed
+
+
+@dataclass(frozen=True, slots=True)
+class ToGroup:
+    """Replicate `packet` to every port of multicast group `group` (the job's workers)."""
+
+    group: int
+    packet: Packet
+
+
+@dataclass(frozen=True, slots=True)
+class ToPort:
+    """Send `packet` out of switch port `port` (a worker or a PS)."""
+
+    port: int
+    packet: Packet
+
+
+Output = ToGroup | ToPort
+
+
+class Outcome(enum.Enum):
+    """Which case of the rule a packet hit."""
+
+    CLAIMED = "claimed"
+    AGGREGATED = "aggregated"
+    COMPLETED = "completed"
+    DUPLICATE = "duplicate"
+    COLLISION = "collision"
+    RAW_BYPASS = "raw_bypass"
+    PREEMPTED = "preempted"
+    RESULT_RESENT = "result_resent"
+    RESEND_TO_PS = "resend_to_ps"
+    FLUSHED = "flushed"
+    PS_RESULT = "ps_result"
+    STALE = "stale"
+
+
+JOB_COUNTERS = (
+    "job_aggregated",
+    "job_bypassed",
+    "job_preempted",
+    "job_evicted",
+    "job_resent",
+    "job_dropped",
+)
+
+# Per-job counters each outcome bumps for the packet's own job. `job_preempted` counts
+# preemptions a job caused; `job_evicted` (bumped for the holder) counts those it suffered.
+COUNTERS: dict[Outcome, tuple[str, ...]] = {
+    Outcome.CLAIMED: ("job_aggregated",),
+    Outcome.AGGREGATED: ("job_aggregated",),
+    Outcome.COMPLETED: ("job_aggregated",),
+    Outcome.DUPLICATE: ("job_resent",),
+    Outcome.COLLISION: ("job_bypassed",),
+    Outcome.RAW_BYPASS: ("job_bypassed",),
+    Outcome.PREEMPTED: ("job_aggregated", "job_preempted"),
+    Outcome.RESULT_RESENT: ("job_resent",),
+    Outcome.RESEND_TO_PS: ("job_resent",),
+    Outcome.FLUSHED: ("job_resent",),
+    Outcome.PS_RESULT: (),
+    Outcome.STALE: ("job_dropped",),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What one packet did: the case it hit, the packets that leave, whose partial was evicted."""
+
+    outcome: Outcome
+    outputs: tuple[Output, ...] = ()
+    evicted_job: int | None = None
+    drop: DropReason | None = None
+
+
+# ---------------------------------------------------------------------------- placement
+
+
+def static_index(cfg: JobConfig, seq: int) -> tuple[int, int]:
+    """``(aggregator index, shadow bit)`` of fragment `seq` in a static job's partition.
+
+    Slot ``seq mod size``; the copy alternates with every reuse of the slot, so the previous
+    result stays readable while the next sequence aggregates in the other copy.
+    """
+    slot = seq % cfg.part_size
+    shadow = (seq // cfg.part_size) & 1
+    return cfg.part_base + shadow * cfg.part_size + slot, shadow
+
+
+def hashed_index(seed: int, seq: int, pool: int) -> int:
+    """Aggregator index of fragment `seq` of a job with hash `seed` in a shared pool (atp/esa).
+
+    A 32-bit multiply-xorshift mix: cheap on a worker, and consecutive sequences of one job
+    land far apart while two jobs with different seeds collide only by chance.
+    """
+    x = (seed * 0x9E3779B1 + seq * 0x85EBCA77) & 0xFFFFFFFF
+    x ^= x >> 15
+    x = (x * 0x2C1B3C6D) & 0xFFFFFFFF
+    x ^= x >> 12
+    return x % pool
+
+
+# ---------------------------------------------------------------------------- checks
+
+
+def check(pkt: Packet, cfg: JobConfig | None, aggregators: int) -> DropReason | None:
+    """The drop reason for a decoded packet, or None when `process` may take it.
+
+    The source-address check (worker table) happens before this, in the switch itself.
+    """
+    if cfg is None:
+        return DropReason.UNKNOWN_JOB
+    if pkt.kind == Kind.PS_RESULT:
+        if pkt.worker != PS_WORKER_ID:
+            return DropReason.BAD_WORKER
+        return None if pkt.agg_index < aggregators else DropReason.BAD_AGG_INDEX
+    if pkt.kind != Kind.GRADIENT:
+        return DropReason.BAD_KIND
+    if pkt.worker >= cfg.fan_in or pkt.fan_in != cfg.fan_in:
+        return DropReason.BAD_WORKER
+    if pkt.bitmap != 1 << pkt.worker:
+        return DropReason.BAD_BITMAP
+    if cfg.policy == Policy.STATIC:
+        if cfg.part_size <= 0 or (pkt.agg_index, pkt.shadow) != static_index(cfg, pkt.seq):
+            return DropReason.BAD_AGG_INDEX
+        if pkt.agg_index >= aggregators:
+            return DropReason.BAD_AGG_INDEX
+    elif pkt.agg_index >= aggregators:
+        return DropReason.BAD_AGG_INDEX
+    return None
+
+
+# ---------------------------------------------------------------------------- the rule
+
+
+def process(
+    regs: Registers, pkt: Packet, configs: Mapping[int, JobConfig], sender_port: int = 0
+) -> Verdict:
+    """Apply one checked packet to `regs`; returns the case it hit and the packets that leave.
+
+    `configs` is the job table (the evicted job's PS is looked up in it); `sender_port` is the
+    switch port of the sender, where a static retransmission gets its result back.
+    """
+    cfg = configs[pkt.job]
+    if pkt.kind == Kind.PS_RESULT:
+        return _ps_result(regs, cfg, pkt)
+    if cfg.policy == Policy.STATIC:
+        return _static(regs, cfg, pkt, sender_port)
+    return _shared(regs, cfg, pkt, configs)
+
+
+def _to_ps(cfg: JobConfig, pkt: Packet, flags: Flag) -> ToPort:
+    return ToPort(cfg.ps_port, pkt.replace(kind=Kind.TO_PS, flags=pkt.flags | flags))
+
+
+def _held(regs: Registers, i: int, job: int, seq: int, flags: Flag, fan_in: int) -> Packet:
+    """The packet carrying aggregator `i`'s sum (partial or complete)."""
+    return Packet(
+        kind=Kind.TO_PS,
+        job=job,
+        worker=0,
+        fan_in=fan_in,
+        agg_index=i,
+        seq=seq,
+        flags=flags,
+        exponent=regs.agg_exponent[i],
+        bitmap=regs.agg_bitmap[i],
+        lanes=regs.agg_lanes[i].copy(),
+    )
+
+
+def _claim(regs: Registers, i: int, pkt: Packet, priority: int) -> None:
+    regs.agg_job[i] = pkt.job
+    regs.agg_seq[i] = pkt.seq
+    regs.agg_state[i] = AggState.PARTIAL
+    regs.agg_bitmap[i] = pkt.bitmap
+    regs.agg_count[i] = 1
+    regs.agg_exponent[i] = pkt.exponent
+    regs.agg_priority[i] = priority
+    if regs.k:
+        regs.agg_lanes[i] = pkt.lanes
+
+
+def _add(regs: Registers, i: int, pkt: Packet) -> int:
+    """Add a contribution; returns the new count."""
+    regs.agg_bitmap[i] |= pkt.bitmap
+    regs.agg_count[i] += 1
+    regs.agg_exponent[i] = max(regs.agg_exponent[i], pkt.exponent)
+    if regs.k:
+        regs.agg_lanes[i] += pkt.lanes
+    return regs.agg_count[i]
+
+
+def _is_side(regs: Registers, i: int, pkt: Packet) -> bool:
+    """A contribution the switch cannot add: raw floats, or fixed point at another exponent."""
+    return bool(pkt.flags & Flag.RAW_FLOAT) or pkt.exponent != regs.agg_exponent[i]
+
+
+def _on_partial(
+    regs: Registers, cfg: JobConfig, pkt: Packet, completed: Verdict, flushed_state: AggState
+) -> Verdict:
+    """A contribution to the aggregator that holds a partial sum of its own (job, seq).
+
+    Shared by all policies; `completed` is what completion emits, `flushed_state` what a
+    flushed aggregator becomes (FREE in atp/esa, FLUSHED for a static slot).
+    """
+    i = pkt.agg_index
+    resend = bool(pkt.flags & Flag.RESEND)
+    if regs.agg_bitmap[i] & pkt.bitmap:
+        if not resend:
+            return Verdict(Outcome.DUPLICATE)
+        # The sender is in the sum and still has no result: someone is missing; let the PS
+        # finish this sequence.
+        out = ToPort(cfg.ps_port, _held(regs, i, pkt.job, pkt.seq, Flag.FLUSHED, cfg.fan_in))
+        _set_flushed(regs, i, flushed_state)
+        return Verdict(Outcome.FLUSHED, (out,))
+    if _is_side(regs, i, pkt):
+        side = _to_ps(cfg, pkt, Flag.BYPASSED)
+        if not resend:
+            return Verdict(Outcome.RAW_BYPASS, (side,))
+        held = ToPort(cfg.ps_port, _held(regs, i, pkt.job, pkt.seq, Flag.FLUSHED, cfg.fan_in))
+        _set_flushed(regs, i, flushed_state)
+        return Verdict(Outcome.FLUSHED, (side, held))
+    if _add(regs, i, pkt) < cfg.fan_in:
+        return Verdict(Outcome.AGGREGATED)
+    regs.agg_state[i] = AggState.COMPLETE
+    return completed
+
+
+def _set_flushed(regs: Registers, i: int, state: AggState) -> None:
+    if state == AggState.FREE:
+        regs.free(i)
+    else:
+        regs.agg_state[i] = state
+
+
+def _result(regs: Registers, i: int, pkt: Packet, cfg: JobConfig) -> Packet:
+    return _held(regs, i, pkt.job, pkt.seq, Flag.COMPLETE, cfg.fan_in).replace(kind=Kind.RESULT)
+
+
+def _static(regs: Registers, cfg: JobConfig, pkt: Packet, sender_port: int) -> Verdict:
+    i = pkt.agg_index
+    state = regs.agg_state[i]
+    held_seq = regs.agg_seq[i]
+    if state != AggState.FREE and pkt.seq < held_seq:
+        return Verdict(Outcome.STALE, drop=DropReason.STALE)
+    if state == AggState.FREE or pkt.seq > held_seq:
+        if pkt.flags & Flag.RAW_FLOAT:
+            return Verdict(Outcome.RAW_BYPASS, (_to_ps(cfg, pkt, Flag.BYPASSED),))
+        _claim(regs, i, pkt, 0)
+        if cfg.fan_in > 1:
+            return Verdict(Outcome.CLAIMED)
+        regs.agg_state[i] = AggState.COMPLETE
+        return Verdict(Outcome.COMPLETED, (ToGroup(cfg.mcast_group, _result(regs, i, pkt, cfg)),))
+    if state == AggState.PARTIAL:
+        # Build the result lazily: only the packet that completes the slot pays for it.
+        verdict = _on_partial(regs, cfg, pkt, Verdict(Outcome.COMPLETED), AggState.FLUSHED)
+        if verdict.outcome == Outcome.COMPLETED:
+            result = ToGroup(cfg.mcast_group, _result(regs, i, pkt, cfg))
+            return Verdict(Outcome.COMPLETED, (result,))
+        return verdict
+    if state == AggState.COMPLETE:
+        return Verdict(Outcome.RESULT_RESENT, (ToPort(sender_port, _result(regs, i, pkt, cfg)),))
+    # FLUSHED: the PS is finishing this sequence; it also answers retransmissions.
+    return Verdict(Outcome.RESEND_TO_PS, (_to_ps(cfg, pkt, Flag.BYPASSED),))
+
+
+def _shared(
+    regs: Registers, cfg: JobConfig, pkt: Packet, configs: Mapping[int, JobConfig]
+) -> Verdict:
+    i = pkt.agg_index
+    state = regs.agg_state[i]
+    mine = state != AggState.FREE and regs.agg_job[i] == pkt.job and regs.agg_seq[i] == pkt.seq
+    esa = cfg.policy == Policy.ESA
+    if mine and state == AggState.PARTIAL:
+        verdict = _on_partial(regs, cfg, pkt, Verdict(Outcome.COMPLETED), AggState.FREE)
+        if verdict.outcome == Outcome.COMPLETED:
+            return _complete_shared(regs, cfg, pkt, esa)
+        return verdict
+    if mine:
+        # Complete and waiting for the PS round trip (atp): the PS holds the sum and re-sends.
+        return Verdict(Outcome.RESEND_TO_PS, (_to_ps(cfg, pkt, Flag.BYPASSED),))
+    if pkt.flags & Flag.RESEND:
+        # A retransmission never claims: its sequence may already be (partly) at the PS.
+        return Verdict(Outcome.RESEND_TO_PS, (_to_ps(cfg, pkt, Flag.BYPASSED),))
+    if pkt.flags & Flag.RAW_FLOAT:
+        return Verdict(Outcome.RAW_BYPASS, (_to_ps(cfg, pkt, Flag.BYPASSED),))
+    priority = regs.job_priority[pkt.job]
+    if state == AggState.FREE or (esa and state == AggState.COMPLETE):
+        _claim(regs, i, pkt, priority)
+        if cfg.fan_in == 1:
+            regs.agg_state[i] = AggState.COMPLETE
+            return _complete_shared(regs, cfg, pkt, esa)
+        return Verdict(Outcome.CLAIMED)
+    if esa and state == AggState.PARTIAL and priority > regs.agg_priority[i]:
+        holder = configs.get(regs.agg_job[i])
+        evicted_job = regs.agg_job[i]
+        fan_in = holder.fan_in if holder else 0
+        evicted = _held(regs, i, evicted_job, regs.agg_seq[i], Flag.EVICTED, fan_in)
+        _claim(regs, i, pkt, priority)
+        outputs: tuple[Output, ...] = (ToPort(holder.ps_port, evicted),) if holder else ()
+        if cfg.fan_in == 1:
+            regs.agg_state[i] = AggState.COMPLETE
+            done = _complete_shared(regs, cfg, pkt, esa)
+            return Verdict(Outcome.PREEMPTED, outputs + done.outputs, evicted_job)
+        return Verdict(Outcome.PREEMPTED, outputs, evicted_job)
+    return Verdict(Outcome.COLLISION, (_to_ps(cfg, pkt, Flag.BYPASSED | Flag.COLLISION),))
+
+
+def _complete_shared(regs: Registers, cfg: JobConfig, pkt: Packet, esa: bool) -> Verdict:
+    i = pkt.agg_index
+    to_ps = ToPort(cfg.ps_port, _held(regs, i, pkt.job, pkt.seq, Flag.COMPLETE, cfg.fan_in))
+    if not esa:
+        return Verdict(Outcome.COMPLETED, (to_ps,))
+    # ESA: the PS already has the sum, so the aggregator is reusable the moment it completes.
+    result = ToGroup(cfg.mcast_group, to_ps.packet.replace(kind=Kind.RESULT))
+    return Verdict(Outcome.COMPLETED, (result, to_ps))
+
+
+def _ps_result(regs: Registers, cfg: JobConfig, pkt: Packet) -> Verdict:
+    i = pkt.agg_index
+    if (
+        cfg.policy != Policy.STATIC
+        and regs.agg_state[i] != AggState.FREE
+        and regs.agg_job[i] == pkt.job
+        and regs.agg_seq[i] == pkt.seq
+    ):
+        # Every contribution of this sequence is at the PS: whatever the aggregator still
+        # holds for it (the complete copy, or a partial of late first sends) is garbage.
+        regs.free(i)
+    return Verdict(Outcome.PS_RESULT, (ToGroup(cfg.mcast_group, pkt),))

@@ -1,0 +1,221 @@
+"""Workloads: the Philly week, a synthetic generator, and the one workload file format.
+
+A workload is a tuple of `JobSpec`, sorted by arrival. The simulator and the emulation
+harness both read it from one CSV format (a header line, then one job per line)::
+
+    job_id,arrival_s,workers,model,grad_bytes,iter_time_s,iterations,priority_class
+    0,289.0,4,ResNet-50,102228128,0.3232,172591,0
+
+- ``arrival_s``: seconds from the start of the run; ``workers``: data-parallel workers (the
+  job's fan-in at the switch); ``grad_bytes``: fp32 gradient bytes per iteration;
+  ``iter_time_s``: compute time of one iteration (forward + backward); ``iterations``: how
+  many iterations the job runs; ``priority_class``: the user class for the ``static``
+  priority function (0 = lowest).
+
+`load_workload` accepts a path to such a file or one of the names ``philly`` and
+``synthetic-N`` (N jobs). Both generators are seeded: the same seed gives the same file.
+
+**Philly mapping** (`philly_jobs`). Each of the 671 rows of ``data/jobs_philly.csv`` (CC BY
+4.0, see ``data/README.md``) becomes one job: arrival = ``arrival_s`` x `time_scale`; workers =
+``num_workers`` (one per GPU); the model is drawn uniformly, with ``random.Random(seed)`` in
+row order, from the models that have both a gradient size in ``data/model_sizes.csv`` and a
+V100 iteration time in ``data/iter_times.csv``; iterations = ``duration_s`` x `time_scale` /
+iteration time, at least 1 and at most `max_iterations`. The trace's duration includes the
+job's original communication and restarts, so this is a modelling choice, not a measurement.
+
+**Synthetic** (`synthetic_jobs`). Poisson arrivals; models drawn as above; workers from
+Philly's mix (2: 6%, 4: 42%, 8: 48%, 16: 4%); iterations Pareto-distributed (shape 1.5,
+heavy tail, min 50, capped at 100,000); the arrival rate is set so that the offered load on
+switch memory, E[partition aggregators x compute time] x rate / pool size, equals `load`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import random
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import astuple, dataclass, fields
+from importlib import resources
+from pathlib import Path
+
+from scheduler.errors import WorkloadError
+from scheduler.memory import DEFAULT_AGGREGATORS, DEFAULT_WINDOW
+
+__all__ = [
+    "JobSpec",
+    "load_workload",
+    "model_table",
+    "philly_jobs",
+    "read_workload",
+    "synthetic_jobs",
+    "write_workload",
+]
+
+V100 = "V100"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One training job of a workload (one line of the workload file)."""
+
+    job_id: int
+    arrival_s: float
+    workers: int
+    model: str
+    grad_bytes: int
+    iter_time_s: float
+    iterations: int
+    priority_class: int = 0
+
+    def __post_init__(self) -> None:
+        if self.workers < 1 or self.iterations < 1 or self.grad_bytes < 1:
+            raise WorkloadError(f"job {self.job_id}: workers, iterations, grad_bytes must be >= 1")
+        if self.arrival_s < 0 or self.iter_time_s < 0:
+            raise WorkloadError(f"job {self.job_id}: arrival_s and iter_time_s must be >= 0")
+
+
+def _data_text(name: str) -> str:
+    return resources.files("scheduler").joinpath("data", name).read_text(encoding="utf-8")
+
+
+def model_table() -> dict[str, tuple[int, float]]:
+    """``{model: (gradient bytes, V100 iteration seconds)}`` for models present in both tables."""
+    sizes = {
+        row["model"]: int(float(row["grad_MB_fp32"]) * 1e6)
+        for row in csv.DictReader(io.StringIO(_data_text("model_sizes.csv")))
+        if row["grad_MB_fp32"]
+    }
+    table: dict[str, tuple[int, float]] = {}
+    for row in csv.DictReader(io.StringIO(_data_text("iter_times.csv"))):
+        if row["gpu"] == V100 and row["model"] in sizes:
+            table[row["model"]] = (sizes[row["model"]], float(row["t_iter_ms"]) / 1e3)
+    return dict(sorted(table.items()))
+
+
+def philly_jobs(
+    seed: int = 0, *, time_scale: float = 1.0, max_iterations: int = 10**9
+) -> tuple[JobSpec, ...]:
+    """The 671 Philly jobs mapped to `JobSpec` as the module docstring describes."""
+    rng = random.Random(seed)
+    models = model_table()
+    names = list(models)
+    jobs = []
+    for row in csv.DictReader(io.StringIO(_data_text("jobs_philly.csv"))):
+        model = rng.choice(names)
+        grad, t_iter = models[model]
+        duration = float(row["duration_s"]) * time_scale
+        iterations = min(max_iterations, max(1, round(duration / t_iter)))
+        jobs.append(
+            JobSpec(
+                job_id=int(row["job_id"]),
+                arrival_s=float(row["arrival_s"]) * time_scale,
+                workers=int(row["num_workers"]),
+                model=model,
+                grad_bytes=grad,
+                iter_time_s=t_iter,
+                iterations=iterations,
+            )
+        )
+    return tuple(jobs)
+
+
+_WORKER_MIX = ((2, 0.06), (4, 0.42), (8, 0.48), (16, 0.04))
+
+
+def synthetic_jobs(
+    n: int,
+    seed: int = 0,
+    *,
+    load: float = 0.8,
+    aggregators: int = DEFAULT_AGGREGATORS,
+    window: int = DEFAULT_WINDOW,
+    classes: int = 4,
+) -> tuple[JobSpec, ...]:
+    """`n` jobs with Poisson arrivals at offered memory load `load` (see module docstring)."""
+    if n < 1 or load <= 0:
+        raise WorkloadError(f"synthetic workload needs n >= 1 and load > 0, got {n}, {load}")
+    rng = random.Random(seed)
+    models = model_table()
+    names = list(models)
+    sizes, weights = zip(*_WORKER_MIX, strict=True)
+    drafts = []
+    for _ in range(n):
+        model = rng.choice(names)
+        iterations = min(100_000, int(50 * rng.paretovariate(1.5)))
+        drafts.append((model, rng.choices(sizes, weights)[0], iterations, rng.randrange(classes)))
+    # A static partition holds 2 x window aggregators for the job's whole run.
+    mean_work = sum(2 * window * models[m][1] * it for m, _, it, _ in drafts) / n
+    rate = load * aggregators / mean_work
+    t = 0.0
+    jobs = []
+    for job_id, (model, workers, iterations, klass) in enumerate(drafts):
+        t += rng.expovariate(rate)
+        grad, t_iter = models[model]
+        jobs.append(JobSpec(job_id, round(t, 6), workers, model, grad, t_iter, iterations, klass))
+    return tuple(jobs)
+
+
+_COLUMNS = tuple(f.name for f in fields(JobSpec))
+
+
+def write_workload(jobs: Iterable[JobSpec], path: Path | str) -> None:
+    """Write `jobs` in the workload file format."""
+    with open(path, "w", newline="", encoding="utf-8") as out:
+        writer = csv.writer(out)
+        writer.writerow(_COLUMNS)
+        writer.writerows(astuple(job) for job in jobs)
+
+
+def read_workload(path: Path | str) -> tuple[JobSpec, ...]:
+    """Parse a workload file; raises `WorkloadError` naming the bad line."""
+    with open(path, newline="", encoding="utf-8") as src:
+        reader = csv.DictReader(src)
+        if tuple(reader.fieldnames or ()) != _COLUMNS:
+            raise WorkloadError(f"{path}: header must be {','.join(_COLUMNS)}")
+        jobs = []
+        for line, row in enumerate(reader, start=2):
+            try:
+                jobs.append(
+                    JobSpec(
+                        job_id=int(row["job_id"]),
+                        arrival_s=float(row["arrival_s"]),
+                        workers=int(row["workers"]),
+                        model=row["model"],
+                        grad_bytes=int(row["grad_bytes"]),
+                        iter_time_s=float(row["iter_time_s"]),
+                        iterations=int(row["iterations"]),
+                        priority_class=int(row["priority_class"]),
+                    )
+                )
+            except (TypeError, ValueError) as exc:
+                raise WorkloadError(f"{path}:{line}: {exc}") from exc
+    return _sorted(jobs)
+
+
+def _sorted(jobs: Sequence[JobSpec]) -> tuple[JobSpec, ...]:
+    ids = [j.job_id for j in jobs]
+    if len(set(ids)) != len(ids):
+        raise WorkloadError("job ids in a workload must be unique")
+    return tuple(sorted(jobs, key=lambda j: (j.arrival_s, j.job_id)))
+
+
+_SYNTHETIC = re.compile(r"synthetic-(\d+)")
+
+
+def load_workload(name_or_path: str | Path, seed: int = 0) -> tuple[JobSpec, ...]:
+    """Jobs of ``philly``, ``synthetic-N``, or a workload file, sorted by arrival."""
+    name = str(name_or_path)
+    if name == "philly":
+        return _sorted(philly_jobs(seed))
+    match = _SYNTHETIC.fullmatch(name)
+    if match:
+        return _sorted(synthetic_jobs(int(match.group(1)), seed))
+    path = Path(name)
+    if not path.is_file():
+        raise WorkloadError(
+            f"no workload {name!r}: give 'philly', 'synthetic-N' or a path to a workload CSV"
+        )
+    return read_workload(path)
+
