@@ -1,0 +1,45 @@
+"""The scheduler's exception tree.
+
+``SchedulerError`` is the root; the REST layer maps `IllegalTransition` and `MemoryConflict`
+to HTTP 409, `UnknownName` to 422 and `WorkloadError` to 400. "No room" is not an error: a
+policy answers it with a `Queue` decision.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "IllegalTransition",
+    "MemoryConflict",
+    "SchedulerError",
+    "UnknownName",
+    "WorkloadError",
+]
+
+
+class SchedulerError(Exception):
+    """Root of every error the scheduler raises on purpose."""
+
+
+class IllegalTransition(SchedulerError):
+    """A job lifecycle change that is not allowed (cancel a finished job, say)."""
+
+    def __init__(self, job_id: int, old: str, new: str) -> None:
+        super().__init__(f"job {job_id}: cannot go from {old} to {new}")
+        self.job_id = job_id
+        self.old = old
+        self.new = new
+
+
+class MemoryConflict(SchedulerError):
+    """A reservation that overlaps another job's partition or leaves the pool."""
+
+
+class UnknownName(SchedulerError, KeyError):
+    """A policy or priority function name that is not registered."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class WorkloadError(SchedulerError, ValueError):
+    """A workload name, file or job that cannot be used; the message says what to fix."""

@@ -1,0 +1,148 @@
+"""The switch memory model: a pool of aggregators, private partitions, job lifecycle.
+
+The pool is N aggregators of k lanes each. A ``static`` job owns a `Partition` of ``slots``
+slots, each slot two aggregators (SwitchML's shadow copy keeps the previous result readable
+while the next sequence aggregates), so it covers aggregators
+``base .. base + 2 * slots - 1``. ``atp``/``esa`` jobs share the whole pool.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from scheduler.errors import IllegalTransition, MemoryConflict
+
+__all__ = [
+    "COPIES_PER_SLOT",
+    "DEFAULT_AGGREGATORS",
+    "DEFAULT_LANES",
+    "DEFAULT_WINDOW",
+    "JobState",
+    "MemoryMap",
+    "Partition",
+    "Pool",
+    "check_transition",
+    "first_fit",
+]
+
+# Tofino gives 64 lanes of 32 bits per pipeline pass (see p4ctl.protocol.SUPPORTED_LANES).
+DEFAULT_LANES = 64
+# 8192 aggregators x 64 lanes x 4 B = 2 MiB of register SRAM: about what SwitchML and ATP
+# budget for aggregation on a Tofino 1, leaving room for the rest of the pipeline.
+DEFAULT_AGGREGATORS = 8192
+# SwitchML's pool size per job: 128 slots cover the bandwidth-delay product of a 100 Gbps
+# link at a few microseconds of RTT with 256-byte payloads.
+DEFAULT_WINDOW = 128
+COPIES_PER_SLOT = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """The switch's aggregator pool: `aggregators` registers of `lanes` int32 lanes each."""
+
+    aggregators: int = DEFAULT_AGGREGATORS
+    lanes: int = DEFAULT_LANES
+
+    def __post_init__(self) -> None:
+        if self.aggregators < 1 or self.lanes < 0:
+            raise ValueError(f"pool needs aggregators >= 1 and lanes >= 0, got {self}")
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """A static job's private range: `slots` slots of two copies from aggregator `base`."""
+
+    base: int
+    slots: int
+
+    @property
+    def end(self) -> int:
+        """One past the last aggregator of the partition."""
+        return self.base + COPIES_PER_SLOT * self.slots
+
+    @property
+    def size(self) -> int:
+        """Aggregators covered (two per slot)."""
+        return COPIES_PER_SLOT * self.slots
+
+    def overlaps(self, other: Partition) -> bool:
+        return self.base < other.end and other.base < self.end
+
+
+def first_fit(pool: Pool, taken: Iterable[Partition], slots: int) -> Partition | None:
+    """The lowest-addressed free range of `slots` slots, or None when none is large enough."""
+    need = COPIES_PER_SLOT * slots
+    cursor = 0
+    for part in sorted(taken, key=lambda p: p.base):
+        if part.base - cursor >= need:
+            return Partition(cursor, slots)
+        cursor = max(cursor, part.end)
+    return Partition(cursor, slots) if pool.aggregators - cursor >= need else None
+
+
+class MemoryMap:
+    """Who holds which partition: reserve/release pairs; release is idempotent."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self._parts: dict[int, Partition] = {}
+
+    def reserve(self, job_id: int, part: Partition) -> None:
+        """Record `part` for `job_id`; raises `MemoryConflict` on overlap or overflow."""
+        if part.base < 0 or part.slots < 1 or part.end > self.pool.aggregators:
+            raise MemoryConflict(f"job {job_id}: {part} is outside a pool of {self.pool}")
+        for other_id, other in self._parts.items():
+            if other_id != job_id and other.overlaps(part):
+                raise MemoryConflict(f"job {job_id}: {part} overlaps job {other_id}'s {other}")
+        self._parts[job_id] = part
+
+    def release(self, job_id: int) -> Partition | None:
+        """Free `job_id`'s partition; returns it, or None if it held none."""
+        return self._parts.pop(job_id, None)
+
+    def partitions(self) -> dict[int, Partition]:
+        """``{job_id: Partition}`` of every reservation."""
+        return dict(self._parts)
+
+    def used(self) -> int:
+        """Aggregators reserved."""
+        return sum(p.size for p in self._parts.values())
+
+
+class JobState(enum.Enum):
+    """Lifecycle of a job. Terminal: finished, failed, cancelled."""
+
+    QUEUED = "queued"
+    ADMITTED = "admitted"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL
+
+    @property
+    def holds_memory(self) -> bool:
+        return self in (JobState.ADMITTED, JobState.RUNNING)
+
+
+_TERMINAL = frozenset({JobState.FINISHED, JobState.FAILED, JobState.CANCELLED})
+_LEGAL: dict[JobState, frozenset[JobState]] = {
+    JobState.QUEUED: frozenset({JobState.ADMITTED, JobState.CANCELLED, JobState.FAILED}),
+    # ADMITTED -> QUEUED: a reclaimed partition sends the job back to the admission queue.
+    JobState.ADMITTED: frozenset(
+        {JobState.RUNNING, JobState.QUEUED, JobState.CANCELLED, JobState.FAILED}
+    ),
+    JobState.RUNNING: frozenset({JobState.FINISHED, JobState.CANCELLED, JobState.FAILED}),
+}
+
+
+def check_transition(job_id: int, old: JobState, new: JobState) -> JobState:
+    """`new` if ``old -> new`` is legal; raises `IllegalTransition` otherwise."""
+    if new not in _LEGAL.get(old, frozenset()):
+        raise IllegalTransition(job_id, old.value, new.value)
+    return new
