@@ -1,1 +1,106 @@
-"""scheduler."""
+"""inasched's scheduler: memory policies, priority functions, and two simulators.
+
+For the REST service
+--------------------
+Build one `Scheduler` and call ``decide`` on every job event (the ``on_submit``,
+``on_progress``, ``on_finish`` and ``on_cancel`` aliases are the same call)::
+
+    sched = Scheduler("esa", "srtf", Pool(aggregators=8192, lanes=64), levels=16, aging_s=60.0,
+                      seed=0)
+    snap = sched.snapshot(now=clock.now(), jobs=[JobView(...), ...])  # every live job, plus
+    decisions = sched.decide(snap)  # terminal ones still holding memory; apply in order:
+
+- ``Admit(job_id, partition, hash_seed)``: job -> admitted; store the partition (static) or
+  hash seed (atp/esa); reserve the partition (`MemoryMap.reserve`).
+- ``Queue(job_id, reason)``: stays queued (expected "no room"; not an error).
+- ``Reject(job_id, reason)``: job -> failed; show `reason` to the user.
+- ``SetPriority(job_id, level)``: write ``job_priority[job] = level`` (higher wins).
+- ``Reclaim(job_id, partition)``: free the job's memory in the switch
+  (``Registers.reclaim_job``) and clear its partition/hash seed; idempotent.
+
+``sched.aggregator_params(job_view) -> AggregatorParams`` is what a joining worker needs
+(static: partition base and slots; atp/esa: pool size and hash seed; lanes). Lifecycle
+changes go through ``check_transition(job_id, old, new)``, which raises `IllegalTransition`
+(map to HTTP 409). Every deliberate error derives from `SchedulerError`. Policies are pure
+and read no clock: the service passes wall time, the simulators virtual time.
+
+Simulation
+----------
+``simulate(load_workload("philly"), SimConfig(policy="esa"))`` is the aggregate model
+(whole workloads in seconds of CPU); ``simulate_fragments`` is the packet-level reference
+that drives ``p4ctl.rule.process``. Both return a `RunResult`. Workload names:
+``philly``, ``synthetic-N``, or a path to a workload CSV (format in `scheduler.workload`).
+"""
+
+from scheduler.clock import Clock, VirtualClock, WallClock
+from scheduler.config import RunResult, SimConfig, UtilSample
+from scheduler.errors import (
+    IllegalTransition,
+    MemoryConflict,
+    SchedulerError,
+    UnknownName,
+    WorkloadError,
+)
+from scheduler.fragsim import simulate_fragments
+from scheduler.jobs import JobResult
+from scheduler.memory import JobState, MemoryMap, Partition, Pool, check_transition
+from scheduler.policy import POLICIES, Policy, make_policy, register_policy
+from scheduler.priority import PRIORITIES, levels, register_priority
+from scheduler.service import AggregatorParams, Scheduler
+from scheduler.simulator import simulate
+from scheduler.snapshot import (
+    Admit,
+    Decision,
+    JobView,
+    Queue,
+    Reclaim,
+    Reject,
+    SetPriority,
+    Snapshot,
+    hash_seed,
+)
+from scheduler.workload import JobSpec, load_workload, read_workload, write_workload
+
+__all__ = [
+    "Admit",
+    "AggregatorParams",
+    "Clock",
+    "Decision",
+    "IllegalTransition",
+    "JobResult",
+    "JobSpec",
+    "JobState",
+    "JobView",
+    "MemoryConflict",
+    "MemoryMap",
+    "POLICIES",
+    "PRIORITIES",
+    "Partition",
+    "Policy",
+    "Pool",
+    "Queue",
+    "Reclaim",
+    "Reject",
+    "RunResult",
+    "Scheduler",
+    "SchedulerError",
+    "SetPriority",
+    "SimConfig",
+    "Snapshot",
+    "UnknownName",
+    "UtilSample",
+    "VirtualClock",
+    "WallClock",
+    "WorkloadError",
+    "check_transition",
+    "hash_seed",
+    "levels",
+    "load_workload",
+    "make_policy",
+    "read_workload",
+    "register_policy",
+    "register_priority",
+    "simulate",
+    "simulate_fragments",
+    "write_workload",
+]

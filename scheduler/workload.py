@@ -121,7 +121,8 @@ def philly_jobs(
     return tuple(jobs)
 
 
-_WORKER_MIX = ((2, 0.06), (4, 0.42), (8, 0.48), (16, 0.04))
+_WORKER_SIZES = (2, 4, 8, 16)
+_WORKER_WEIGHTS = (0.06, 0.42, 0.48, 0.04)
 
 
 def synthetic_jobs(
@@ -139,12 +140,18 @@ def synthetic_jobs(
     rng = random.Random(seed)
     models = model_table()
     names = list(models)
-    sizes, weights = zip(*_WORKER_MIX, strict=True)
     drafts = []
     for _ in range(n):
         model = rng.choice(names)
         iterations = min(100_000, int(50 * rng.paretovariate(1.5)))
-        drafts.append((model, rng.choices(sizes, weights)[0], iterations, rng.randrange(classes)))
+        drafts.append(
+            (
+                model,
+                rng.choices(_WORKER_SIZES, _WORKER_WEIGHTS)[0],
+                iterations,
+                rng.randrange(classes),
+            )
+        )
     # A static partition holds 2 x window aggregators for the job's whole run.
     mean_work = sum(2 * window * models[m][1] * it for m, _, it, _ in drafts) / n
     rate = load * aggregators / mean_work
@@ -218,4 +225,3 @@ def load_workload(name_or_path: str | Path, seed: int = 0) -> tuple[JobSpec, ...
             f"no workload {name!r}: give 'philly', 'synthetic-N' or a path to a workload CSV"
         )
     return read_workload(path)
-

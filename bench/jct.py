@@ -1,0 +1,306 @@
+"""``inasched bench jct``: job completion time of static, atp and esa on one workload.
+
+    inasched bench jct --workload philly --policies static,atp,esa --out results/philly --sim
+    inasched bench jct --workload synthetic-1000 --out results/mem --sweep memory=8192,16384,20000
+    inasched bench jct --workload synthetic-10 --out results/emu --emu
+
+Every policy runs on the same jobs with the same `BenchParams` (see `bench.jct_params`, each
+value with its source). The output folder gets ``summary.json``, ``jobs.csv`` (one row per job
+and policy), ``jct_cdf.png``, ``avg_jct.png``, ``memory_utilisation.png`` and ``report.md``;
+a sweep adds one such folder per value and ``sweep.csv`` (one row per value). With
+``--service URL --token T`` the run is also stored in the service (``POST /bench/runs``) so the
+dashboard shows it. Back-ends: ``--sim`` (default) drives ``scheduler.simulator`` at full
+scale; ``--emu`` runs the real service, soft switch, PS and worker processes on loopback
+(`bench.jct_emu`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import logging
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from bench.jct_output import (
+    format_table,
+    summary_document,
+    write_jobs_csv,
+    write_plots,
+    write_summary,
+)
+from bench.jct_params import BenchParams, parse_sweep
+from bench.jct_report import render_report
+from bench.jct_results import PolicyRun, PolicySummary, ratios, summarise
+from scheduler.workload import JobSpec, load_workload, write_workload
+
+__all__ = ["RunOutcome", "main", "run_bench"]
+
+log = logging.getLogger(__name__)
+
+POLICIES = ("static", "atp", "esa")
+PolicyRunner = Callable[[Sequence[JobSpec], str, BenchParams], PolicyRun]
+
+MODEL_MAPPING = (
+    "scheduler.workload: each job's model drawn uniformly (random.Random(seed), in row order) "
+    "from the models with both a gradient size (model_sizes.csv) and a V100 iteration time "
+    "(iter_times.csv); iterations = duration_s / iteration time; workers = one per GPU"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """What one run of every policy produced (also written to its output folder)."""
+
+    runs: tuple[PolicyRun, ...]
+    summaries: dict[str, PolicySummary]
+    ratios: dict[str, float | None]
+    document: dict[str, Any]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="inasched bench jct",
+        description="Job completion time of INA memory policies on one workload.",
+    )
+    p.add_argument("--workload", required=True, help="philly, synthetic-N or a workload CSV")
+    p.add_argument("--policies", default=",".join(POLICIES), help="comma-separated")
+    p.add_argument("--out", required=True, type=Path, help="output folder (created)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--sim", action="store_true", help="the simulator (default)")
+    mode.add_argument("--emu", action="store_true", help="real processes on loopback")
+    p.add_argument(
+        "--sweep",
+        help="PARAM=V1,V2,... with PARAM one of memory, load, priority, "
+        "levels, aging, ps_gbps, window",
+    )
+    p.add_argument("--seed", type=int, default=0, help="workload and placement seed")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PARAM=VALUE",
+        help="override one parameter (e.g. link_gbps=1 to match a loopback run); "
+        "the report lists every value used",
+    )
+    p.add_argument("--service", help="service URL to store the run in (POST /bench/runs)")
+    p.add_argument("--token", help="bearer token for --service")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``inasched bench jct``; returns the process exit code."""
+    args_list = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser()
+    args = parser.parse_args(args_list)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = sorted(set(policies) - set(POLICIES))
+    if unknown or not policies:
+        parser.error(f"unknown policies {unknown}; choose from {','.join(POLICIES)}")
+    if args.service and not args.token:
+        parser.error("--service needs --token")
+    command = "inasched bench jct " + shlex.join(args_list)
+    params = BenchParams(seed=args.seed)
+    try:
+        for item in args.set:
+            name, sep, value = item.partition("=")
+            if not sep:
+                raise ValueError(f"--set wants PARAM=VALUE, got {item!r}")
+            params = params.with_value(name.strip(), value.strip())
+    except ValueError as exc:
+        parser.error(str(exc))
+    backend = "emu" if args.emu else "sim"
+    try:
+        sweep = parse_sweep(args.sweep) if args.sweep else None
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.emu:
+        from bench.jct_emu import emu_runner, emu_workload
+
+        runner: PolicyRunner = emu_runner()
+        base_jobs = emu_workload(args.workload, args.seed)
+        args.out.mkdir(parents=True, exist_ok=True)
+        # The same jobs for --sim: the validation of sim against emu runs this file.
+        write_workload(base_jobs, args.out / "workload.csv")
+    else:
+        from bench.jct_sim import run_policy
+
+        runner = run_policy
+        base_jobs = load_workload(args.workload, args.seed)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    values = sweep[1] if sweep else [None]
+    bar = tqdm(total=len(values) * len(policies), desc="jct", unit="run", disable=args.quiet)
+    sweep_rows = []
+    with bar:
+        for value in values:
+            run_params = params.with_value(sweep[0], value) if sweep and value else params
+            folder = out / f"{sweep[0]}={value}" if sweep else out
+            folder.mkdir(parents=True, exist_ok=True)
+            outcome = run_bench(
+                base_jobs,
+                policies,
+                run_params,
+                runner,
+                out=folder,
+                workload=args.workload,
+                backend=backend,
+                command=command,
+                bar=bar,
+            )
+            if args.service:
+                from bench.jct_store import store_run
+
+                store_run(args.service, args.token, folder, args.workload, backend)
+            if sweep and value is not None:
+                sweep_rows.append(_sweep_row(sweep[0], value, outcome))
+            else:
+                _print_summary(outcome)
+    if sweep:
+        _write_sweep(out / "sweep.csv", sweep_rows)
+        print(format_table(list(sweep_rows[0]), [list(r.values()) for r in sweep_rows]))
+        print(f"\nsweep table: {out / 'sweep.csv'}")
+    print(f"output: {out}")
+    return 0
+
+
+def with_load(jobs: Sequence[JobSpec], load: float) -> tuple[JobSpec, ...]:
+    """`jobs` with arrivals compressed by `load` (2.0 = twice the arrival rate)."""
+    if load <= 0:
+        raise ValueError(f"load must be > 0, got {load}")
+    if load == 1.0:
+        return tuple(jobs)
+    return tuple(replace(j, arrival_s=j.arrival_s / load) for j in jobs)
+
+
+def run_bench(
+    base_jobs: Sequence[JobSpec],
+    policies: Sequence[str],
+    params: BenchParams,
+    runner: PolicyRunner,
+    *,
+    out: Path,
+    workload: str,
+    backend: str,
+    command: str,
+    bar: tqdm | None = None,
+) -> RunOutcome:
+    """Run every policy on the same jobs and write the whole output folder."""
+    jobs = with_load(base_jobs, params.load)
+    runs = []
+    for policy in policies:
+        if bar is not None:
+            bar.set_postfix_str(f"{policy} {_short(params)}")
+        runs.append(runner(jobs, policy, params))
+        if bar is not None:
+            bar.update(1)
+    summaries = {r.policy: summarise(r) for r in runs}
+    ratio = ratios(summaries)
+    parameters, extra_sources, ideal_avg, notes = _context(jobs, params, backend, workload)
+    document = summary_document(summaries, ratio, parameters)
+    write_summary(out, document)
+    write_jobs_csv(out, runs)
+    write_plots(out, runs, f"{workload} ({backend})")
+    report = render_report(
+        command=command,
+        workload=workload,
+        backend=backend,
+        n_jobs=len(jobs),
+        parameters=parameters,
+        extra_sources=extra_sources,
+        summaries=summaries,
+        ratios=ratio,
+        runs=runs,
+        ideal_avg=ideal_avg,
+        notes=notes,
+    )
+    (out / "report.md").write_text(report, encoding="utf-8")
+    return RunOutcome(tuple(runs), summaries, ratio, document)
+
+
+def _context(
+    jobs: Sequence[JobSpec], params: BenchParams, backend: str, workload: str
+) -> tuple[dict[str, Any], dict[str, str], float | None, list[str]]:
+    """Parameters for summary.json and the report, their extra sources, the ideal average JCT
+    (sim only) and notes."""
+    from bench.jct_sim import ideal_jct, simulator_defaults
+
+    parameters: dict[str, Any] = {"workload": workload, "backend": backend, "jobs": len(jobs)}
+    parameters.update(params.as_dict())
+    parameters["model_mapping"] = MODEL_MAPPING
+    extra = {
+        "workload": "--workload",
+        "backend": "--sim / --emu",
+        "jobs": "jobs in the workload",
+        "model_mapping": "scheduler/data/model_sizes.csv and iter_times.csv (sources per row)",
+    }
+    notes: list[str] = []
+    if backend == "sim":
+        for name, value in simulator_defaults().items():
+            parameters[f"sim.{name}"] = value
+            extra[f"sim.{name}"] = "scheduler.config.SimConfig default (simulator owner's choice)"
+        notes += [
+            "Simulator: scheduler.simulator (fluid model, scheduler.fluid). A job computes, "
+            "then allreduces (no overlap); a bypassed or evicted fragment costs its job's PS "
+            "one fragment per worker at ps_gbps; an aggregator is held for the worker skew "
+            "(plus, under atp, one PS detour without PS queueing).",
+            "Aging as simulated: a job's starved time accumulates over its whole run and is "
+            "never reset, so every long job that keeps losing fragments climbs to the top "
+            "level after aging_s x levels seconds of starvation.",
+        ]
+        ideal = ideal_jct(jobs, params)
+        ideal_avg: float | None = sum(ideal.values()) / len(ideal) if ideal else None
+    else:
+        from bench.jct_emu import emu_context
+
+        more, more_sources, more_notes = emu_context(params)
+        parameters.update(more)
+        extra.update(more_sources)
+        notes += more_notes
+        ideal_avg = None
+    return parameters, extra, ideal_avg, notes
+
+
+def _short(params: BenchParams) -> str:
+    return f"mem={params.aggregators} load={params.load} prio={params.priority}"
+
+
+def _print_summary(outcome: RunOutcome) -> None:
+    header = ["policy", "avg_jct", "p50_jct", "p95_jct", "p99_jct", "mem_util", "in_switch"]
+    rows = [
+        [name, s.avg_jct, s.p50_jct, s.p95_jct, s.p99_jct, s.memory_utilisation, s.in_switch_share]
+        for name, s in outcome.summaries.items()
+    ]
+    print()
+    print(format_table(header, rows))
+    for name, value in outcome.ratios.items():
+        print(f"{name}: {'-' if value is None else f'{value:.3f}'}")
+
+
+def _sweep_row(param: str, value: str, outcome: RunOutcome) -> dict[str, Any]:
+    row: dict[str, Any] = {param: value}
+    for name, s in outcome.summaries.items():
+        row[f"{name}_avg_jct"] = s.avg_jct
+        row[f"{name}_p99_jct"] = s.p99_jct
+        row[f"{name}_in_switch"] = s.in_switch_share
+    row.update(outcome.ratios)
+    return row
+
+
+def _write_sweep(path: Path, rows: list[dict[str, Any]]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

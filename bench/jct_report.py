@@ -1,0 +1,194 @@
+"""The Markdown report of a JCT run: parameters with sources, results, targets and why.
+
+Targets (issue 8, on the Philly week): esa's average JCT at least 1.35x lower than atp's and
+lower than static's; esa's p99 JCT at most 1.1x atp's. The report says for each whether it
+was met, with the numbers that explain it; nothing here changes a result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bench.jct_params import SOURCES
+from bench.jct_results import PolicyRun, PolicySummary
+
+__all__ = ["Target", "Diagnostics", "diagnose", "evaluate_targets", "render_report"]
+
+ESA_OVER_ATP_TARGET = 1.35
+P99_SLACK = 1.1
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: str
+    met: bool | None  # None: a policy it needs was not run
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostics:
+    """Per-policy numbers that explain a result (seconds are means over jobs)."""
+
+    compute_s: float
+    queue_s: float
+    comm_s: float
+    preemptions_suffered: float
+    unfinished: int
+
+
+def diagnose(run: PolicyRun) -> Diagnostics:
+    jobs = run.jobs
+    compute = float(np.mean([j.compute_s for j in jobs]))
+    queue = float(np.mean([j.queue_s for j in jobs]))
+    jct = float(np.mean([j.jct_s for j in jobs]))
+    return Diagnostics(
+        compute_s=compute,
+        queue_s=queue,
+        comm_s=jct - compute - queue,
+        preemptions_suffered=float(np.mean([j.preemptions_suffered for j in jobs])),
+        unfinished=run.unfinished,
+    )
+
+
+def evaluate_targets(
+    s: Mapping[str, PolicySummary],
+    ideal_avg: float | None,
+    diagnostics: Mapping[str, Diagnostics] | None = None,
+) -> list[Target]:
+    """The three targets, met or not, each with the figures behind the verdict."""
+    esa, atp, static = s.get("esa"), s.get("atp"), s.get("static")
+    out = []
+    if esa and atp:
+        r = atp.avg_jct / esa.avg_jct
+        why = f"atp {atp.avg_jct:,.0f} s / esa {esa.avg_jct:,.0f} s = {r:.3f}x"
+        if ideal_avg:
+            bound = atp.avg_jct / ideal_avg
+            why += (
+                f"; no memory policy can exceed {bound:.3f}x here: with every byte aggregated "
+                f"in the switch at line rate and no queueing, the average JCT would still be "
+                f"{ideal_avg:,.0f} s"
+            )
+        out.append(Target("esa avg JCT >= 1.35x lower than atp", r >= ESA_OVER_ATP_TARGET, why))
+    else:
+        out.append(Target("esa avg JCT >= 1.35x lower than atp", None, "esa or atp not run"))
+    if esa and static:
+        r = static.avg_jct / esa.avg_jct
+        why = f"static {static.avg_jct:,.0f} s / esa {esa.avg_jct:,.0f} s = {r:.3f}x"
+        d = (diagnostics or {}).get("static")
+        if d is not None:
+            why += (
+                f"; static's jobs queue {d.queue_s:,.0f} s on average for a partition and "
+                f"send no byte to a PS (esa's in-switch share: {esa.in_switch_share:.4f})"
+            )
+            if ideal_avg:
+                why += f"; static is {static.avg_jct / ideal_avg - 1:.1%} above the lower bound"
+        out.append(Target("esa avg JCT lower than static", esa.avg_jct < static.avg_jct, why))
+    else:
+        out.append(Target("esa avg JCT lower than static", None, "esa or static not run"))
+    if esa and atp:
+        r = esa.p99_jct / atp.p99_jct
+        why = f"esa p99 {esa.p99_jct:,.0f} s / atp p99 {atp.p99_jct:,.0f} s = {r:.3f}"
+        out.append(Target("esa p99 JCT <= 1.1x atp's", r <= P99_SLACK, why))
+    else:
+        out.append(Target("esa p99 JCT <= 1.1x atp's", None, "esa or atp not run"))
+    return out
+
+
+def _verdict(met: bool | None) -> str:
+    return {True: "**met**", False: "**not met**", None: "not evaluated"}[met]
+
+
+def render_report(
+    *,
+    command: str,
+    workload: str,
+    backend: str,
+    n_jobs: int,
+    parameters: Mapping[str, Any],
+    extra_sources: Mapping[str, str],
+    summaries: Mapping[str, PolicySummary],
+    ratios: Mapping[str, float | None],
+    runs: Sequence[PolicyRun],
+    ideal_avg: float | None,
+    notes: Sequence[str] = (),
+) -> str:
+    """The whole report as Markdown."""
+    lines = [
+        f"# JCT benchmark: {workload} ({backend})",
+        "",
+        "Command (run from the repository root):",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        "(`inasched bench jct ARGS` is `.venv/bin/python -m bench.jct ARGS`.)",
+        "",
+        f"{n_jobs} jobs; policies: {', '.join(summaries)}. Times in seconds of virtual time "
+        "(`--sim`) or wall time (`--emu`); ratio = baseline average JCT / esa average JCT.",
+        "",
+        "## Results",
+        "",
+        "| policy | avg JCT | p50 | p95 | p99 | memory utilisation | in-switch share |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, s in summaries.items():
+        lines.append(
+            f"| {name} | {s.avg_jct:,.1f} | {s.p50_jct:,.1f} | {s.p95_jct:,.1f} | "
+            f"{s.p99_jct:,.1f} | {s.memory_utilisation:.3f} | {s.in_switch_share:.4f} |"
+        )
+    lines += ["", "| ratio | value |", "|---|---:|"]
+    lines += [f"| {k} | {_num(v)} |" for k, v in ratios.items()]
+    lines += ["", "## Targets (issue 8)", ""]
+    diagnostics = {run.policy: diagnose(run) for run in runs}
+    for t in evaluate_targets(summaries, ideal_avg, diagnostics):
+        lines.append(f"- {t.name}: {_verdict(t.met)} ({t.detail})")
+    lines += ["", "## Where the time goes (means over jobs)", ""]
+    lines += [
+        "| policy | compute | queueing | communication | preemptions suffered | unfinished |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for run in runs:
+        d = diagnostics[run.policy]
+        lines.append(
+            f"| {run.policy} | {d.compute_s:,.1f} | {d.queue_s:,.1f} | {d.comm_s:,.1f} | "
+            f"{d.preemptions_suffered:,.0f} | {d.unfinished} |"
+        )
+    if ideal_avg:
+        lines += [
+            "",
+            f"Lower bound on any policy's average JCT (each job alone, all bytes in the switch "
+            f"at line rate, no queueing): {ideal_avg:,.1f} s.",
+        ]
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    lines += ["", "## Parameters and their sources", "", "| parameter | value | source |"]
+    lines += ["|---|---|---|"]
+    sources = {**SOURCES, **extra_sources}
+    for name, value in parameters.items():
+        lines.append(f"| `{name}` | {_value(value)} | {sources.get(name, '')} |")
+    lines += [
+        "",
+        "## Plots",
+        "",
+        "![JCT CDF](jct_cdf.png)",
+        "",
+        "![average JCT](avg_jct.png)",
+        "",
+        "![memory utilisation](memory_utilisation.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _value(v: Any) -> str:
+    text = str(v)
+    return text.replace("|", "\\|")

@@ -1,0 +1,115 @@
+"""`SimConfig` (the network both simulators model) and `RunResult` (what a run reports)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from scheduler.jobs import JobResult
+from scheduler.memory import DEFAULT_WINDOW, Pool
+from scheduler.priority import DEFAULT_AGING_S, DEFAULT_LEVELS
+
+__all__ = ["HEADER_BYTES", "RunResult", "SimConfig", "UtilSample"]
+
+# 24-byte aggregation header (p4ctl.protocol.HEADER_SIZE) + UDP/IPv4/Ethernet with FCS.
+HEADER_BYTES = 24 + 8 + 20 + 18
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """The simulated switch, links and PS. Times in seconds, rates in bits per second.
+
+    `worker_skew_s`: each worker of a job starts an iteration's allreduce up to this much later
+    than the first (uniform), so an aggregator stays partial until the last one arrives.
+    """
+
+    policy: str = "esa"
+    priority: str = "srtf"
+    pool: Pool = field(default_factory=Pool)
+    window: int = DEFAULT_WINDOW
+    link_bps: float = 100e9
+    link_latency_s: float = 1e-6
+    switch_latency_s: float = 0.5e-6
+    ps_bps: float = 20e9
+    loss_rate: float = 0.0
+    worker_skew_s: float = 5e-6
+    levels: int = DEFAULT_LEVELS
+    aging_s: float = DEFAULT_AGING_S
+    #: Priorities are recomputed every time a job completes this share of its iterations.
+    progress_step: float = 0.1
+    seed: int = 0
+
+    @property
+    def payload_bytes(self) -> int:
+        """Gradient bytes per fragment (k int32 lanes; 64 lanes when lanes is 0)."""
+        return 4 * (self.pool.lanes or 64)
+
+    @property
+    def fragment_s(self) -> float:
+        """Serialization time of one fragment on a worker's link."""
+        return (self.payload_bytes + HEADER_BYTES) * 8 / self.link_bps
+
+    @property
+    def ps_fragment_s(self) -> float:
+        """PS processing time of one fragment (the PS is a CPU, slower than the link)."""
+        return (self.payload_bytes + HEADER_BYTES) * 8 / self.ps_bps
+
+    @property
+    def rtt_s(self) -> float:
+        """Worker -> switch -> worker for a fragment aggregated in the switch."""
+        return 2 * self.link_latency_s + self.switch_latency_s + self.fragment_s
+
+    @property
+    def ps_detour_s(self) -> float:
+        """Extra time a fragment spends on the switch -> PS -> switch path."""
+        return 2 * self.link_latency_s + self.switch_latency_s + self.ps_fragment_s
+
+
+@dataclass(frozen=True, slots=True)
+class UtilSample:
+    """Switch memory over [start_s, end_s): average shares of the pool (sum to 1)."""
+
+    start_s: float
+    end_s: float
+    live: float
+    complete: float
+    idle: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """One simulated run: per-job results, memory utilisation over time, event count."""
+
+    config: SimConfig
+    jobs: tuple[JobResult, ...]
+    utilisation: tuple[UtilSample, ...]
+    events: int
+    unfinished: int = 0
+
+    def jct_summary(self) -> dict[str, float]:
+        """``{"mean", "p50", "p95", "p99"}`` of JCT in seconds (NaN when no job finished)."""
+        jcts = sorted(j.jct_s for j in self.jobs)
+        if not jcts:
+            nan = float("nan")
+            return {"mean": nan, "p50": nan, "p95": nan, "p99": nan}
+
+        def pct(q: float) -> float:
+            return jcts[min(len(jcts) - 1, int(q * len(jcts)))]
+
+        return {"mean": statistics.fmean(jcts), "p50": pct(0.5), "p95": pct(0.95), "p99": pct(0.99)}
+
+    def switch_share(self) -> float:
+        """Share of gradient bytes aggregated in the switch (the rest went to a PS)."""
+        sw = sum(j.bytes_switch for j in self.jobs)
+        ps = sum(j.bytes_ps for j in self.jobs)
+        return sw / (sw + ps) if sw + ps else 0.0
+
+    def mean_utilisation(self) -> dict[str, float]:
+        """Time-weighted ``{"live", "complete", "idle"}`` shares of the pool."""
+        total = sum(u.end_s - u.start_s for u in self.utilisation)
+        if total <= 0:
+            return {"live": 0.0, "complete": 0.0, "idle": 1.0}
+        return {
+            name: sum(getattr(u, name) * (u.end_s - u.start_s) for u in self.utilisation) / total
+            for name in ("live", "complete", "idle")
+        }

@@ -1,0 +1,43 @@
+"""``esa`` (ESA): ATP's shared pool plus priorities the switch uses to preempt partial sums.
+
+Every queued job is admitted with a hash seed, like ``atp``. Then the priority function ranks
+the active jobs and a `SetPriority` is emitted for every job whose level changes (preemption
+itself happens in the switch, packet by packet, in ``p4ctl.rule``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import ClassVar
+
+from scheduler.memory import JobState
+from scheduler.policy import Policy, register_policy
+from scheduler.priority import levels
+from scheduler.snapshot import Admit, Decision, SetPriority, Snapshot, hash_seed
+
+__all__ = ["EsaPolicy"]
+
+
+class EsaPolicy(Policy):
+    """ESA's memory rule; decisions are `Admit`, `SetPriority` and `Reclaim`."""
+
+    name: ClassVar[str] = "esa"
+    shared: ClassVar[bool] = True
+
+    def decide(self, snapshot: Snapshot) -> tuple[Decision, ...]:
+        out = self.reclaims(snapshot)
+        admitted = self.queued(snapshot)
+        out += [Admit(j.job_id, hash_seed=hash_seed(snapshot.seed, j.job_id)) for j in admitted]
+        new_ids = {j.job_id for j in admitted}
+        active = [j for j in snapshot.jobs if j.state.holds_memory]
+        # A just-admitted job has no level yet in the switch; rank it with the others.
+        active += [replace(j, state=JobState.ADMITTED, priority=-1) for j in admitted]
+        ranked = levels(active, self.priority_key, self.levels, self.aging_s)
+        for job in active:
+            level = ranked[job.job_id]
+            if level != job.priority or job.job_id in new_ids:
+                out.append(SetPriority(job.job_id, level))
+        return tuple(out)
+
+
+register_policy(EsaPolicy.name, EsaPolicy)

@@ -1,0 +1,309 @@
+"""The fragment-level reference simulator: every packet of every iteration, through the
+switch rule (`p4ctl.rule.process`, the code the soft switch runs) in virtual time.
+
+Per job: n workers, each streaming its F fragments per iteration with at most ``window`` in
+flight, paced by its link; worker w starts an iteration's allreduce ``U(0, worker_skew_s)``
+after compute ends. Packets reach the switch after a link latency; whatever `process` emits
+goes to the job's workers (multicast) or to the job's PS, a FIFO server that takes
+``ps_fragment_s`` per packet, sums contributions by bitmap and, when a sequence is whole
+(or the switch hands it a complete sum under ``atp``), sends a PS result back through the
+switch. A worker resends a fragment whose result is late (``timeout_s``, doubling). Loss
+drops worker -> switch packets with probability ``loss_rate``. Admission and priorities come
+from the same `Scheduler` as `scheduler.simulator`. Meant for small cases: cost is linear in
+packets.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+from p4ctl.protocol import MAX_JOBS, PS_WORKER_ID, AggState, Flag, Kind, Packet, Policy
+from p4ctl.rule import (
+    JobConfig,
+    Outcome,
+    Registers,
+    ToGroup,
+    check,
+    hashed_index,
+    process,
+    static_index,
+)
+
+from scheduler.clock import VirtualClock
+from scheduler.config import RunResult, SimConfig, UtilSample
+from scheduler.jobs import JobRecord, JobTable
+from scheduler.memory import JobState
+from scheduler.service import Scheduler
+from scheduler.workload import JobSpec
+
+__all__ = ["simulate_fragments"]
+
+
+@dataclass(slots=True)
+class _Worker:
+    next_frag: int = 0
+    in_flight: int = 0
+    sending: bool = False
+    got: set[int] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _Run:
+    rec: JobRecord
+    sid: int
+    frags: int
+    iteration: int = 0
+    comm_start: float = 0.0
+    workers: list[_Worker] = field(default_factory=list)
+    in_switch: set[int] = field(default_factory=set)
+    lost: set[int] = field(default_factory=set)
+    done_seqs: set[int] = field(default_factory=set)
+    ps_free_at: float = 0.0
+    ps_bitmap: dict[int, int] = field(default_factory=dict)
+    ps_sent: set[int] = field(default_factory=set)
+
+
+class _FragmentSim:
+    def __init__(self, jobs: Sequence[JobSpec], cfg: SimConfig, timeout_s: float) -> None:
+        self.cfg = cfg
+        self.timeout_s = timeout_s
+        self.rng = random.Random(cfg.seed)
+        sched = Scheduler(
+            cfg.policy,
+            cfg.priority,
+            cfg.pool,
+            levels=cfg.levels,
+            aging_s=cfg.aging_s,
+            seed=cfg.seed,
+        )
+        self.table = JobTable(sched, cfg.window)
+        self.clock = VirtualClock()
+        self.regs = Registers(cfg.pool.aggregators, 0, MAX_JOBS)
+        self.configs: dict[int, JobConfig] = {}
+        self.runs: dict[int, _Run] = {}  # by switch job id
+        self.heap: list[tuple[float, int, Callable[[], None]]] = []
+        self.counter = 0
+        self.events = 0
+        self.util: list[UtilSample] = []
+        self.util_at = 0.0
+        for spec in jobs:
+            self.at(spec.arrival_s, partial(self.arrive, spec))
+
+    def at(self, t: float, action: Callable[[], None]) -> None:
+        self.counter += 1
+        heapq.heappush(self.heap, (t, self.counter, action))
+
+    def run(self) -> RunResult:
+        while self.heap:
+            t, _, action = heapq.heappop(self.heap)
+            self.clock.advance_to(t)
+            self.events += 1
+            action()
+        left = sum(1 for r in self.table.records.values() if r.state != JobState.FINISHED)
+        return RunResult(self.cfg, self.table.results(), tuple(self.util), self.events, left)
+
+    # ------------------------------------------------------------------ job level
+    def arrive(self, spec: JobSpec) -> None:
+        self.table.add(spec)
+        self.decide()
+
+    def decide(self, finished: JobRecord | None = None) -> None:
+        now = self.clock.now()
+        if finished is not None:
+            self.table.finish(now, finished)
+        else:
+            self.table.decide(now)
+        for rec in self.table.records.values():
+            sid = rec.spec.job_id % MAX_JOBS
+            self.regs.job_priority[sid] = rec.priority
+            if rec.state == JobState.ADMITTED:
+                self.table.start(rec)
+                self.install(rec, sid)
+        if finished is not None:
+            self.regs.reclaim_job(finished.spec.job_id % MAX_JOBS)
+
+    def install(self, rec: JobRecord, sid: int) -> None:
+        if sid in self.runs and self.runs[sid].rec.state == JobState.RUNNING:
+            raise ValueError(f"switch job id {sid} is in use; fragsim runs < {MAX_JOBS} jobs")
+        part = rec.partition
+        self.configs[sid] = JobConfig(
+            job_id=sid,
+            policy=Policy.parse(self.cfg.policy),
+            fan_in=rec.spec.workers,
+            part_base=part.base if part else 0,
+            part_size=part.slots if part else 0,
+            mcast_group=sid,
+            ps_port=sid,
+        )
+        frags = math.ceil(rec.spec.grad_bytes / self.cfg.payload_bytes)
+        run = _Run(rec, sid, frags)
+        self.runs[sid] = run
+        self.at(self.clock.now() + rec.spec.iter_time_s, lambda: self.start_comm(run))
+
+    def start_comm(self, run: _Run) -> None:
+        now = self.clock.now()
+        run.comm_start = now
+        run.workers = [_Worker() for _ in range(run.rec.spec.workers)]
+        run.in_switch.clear()
+        run.lost.clear()
+        run.done_seqs.clear()
+        for w in range(run.rec.spec.workers):
+            delay = self.rng.uniform(0.0, self.cfg.worker_skew_s)
+            run.workers[w].sending = True
+            self.at(now + delay, partial(self.send, run, w))
+
+    def end_iteration(self, run: _Run) -> None:
+        now = self.clock.now()
+        rec = run.rec
+        per_frag = rec.spec.grad_bytes / run.frags
+        rec.bytes_switch += per_frag * len(run.in_switch)
+        rec.bytes_ps += per_frag * (run.frags - len(run.in_switch))
+        before = int(rec.starved_s // self.cfg.aging_s) if self.cfg.aging_s > 0 else 0
+        rec.starved_s += (now - run.comm_start) * len(run.lost) / run.frags
+        after = int(rec.starved_s // self.cfg.aging_s) if self.cfg.aging_s > 0 else 0
+        self.sample_memory()
+        rec.iterations_done += 1
+        run.iteration += 1
+        if run.iteration >= rec.spec.iterations:
+            self.decide(finished=rec)
+            return
+        step = max(1, int(self.cfg.progress_step * rec.spec.iterations))
+        if run.iteration % step == 0 or after != before:
+            self.decide()
+        self.at(now + rec.spec.iter_time_s, lambda: self.start_comm(run))
+
+    def sample_memory(self) -> None:
+        now = self.clock.now()
+        n = self.regs.aggregators
+        live = sum(1 for s in self.regs.agg_state if s == AggState.PARTIAL) / n
+        complete = (
+            sum(1 for s in self.regs.agg_state if s in (AggState.COMPLETE, AggState.FLUSHED)) / n
+        )
+        self.util.append(UtilSample(self.util_at, now, live, complete, 1.0 - live - complete))
+        self.util_at = now
+
+    # ------------------------------------------------------------------ packets
+    def send(self, run: _Run, w: int, seq: int | None = None) -> None:
+        """Worker `w` sends its next fragment (or resends `seq`)."""
+        now = self.clock.now()
+        worker = run.workers[w]
+        cfg = self.configs[run.sid]
+        if seq is None:
+            if worker.in_flight >= self.cfg.window or worker.next_frag >= run.frags:
+                worker.sending = False
+                return
+            seq = run.iteration * run.frags + worker.next_frag
+            worker.next_frag += 1
+            worker.in_flight += 1
+            flags = Flag.NONE
+            self.at(now + self.timeout_s, lambda: self.timeout(run, w, seq, self.timeout_s))
+            self.at(now + self.cfg.fragment_s, lambda: self.send(run, w))
+        else:
+            flags = Flag.RESEND
+        if cfg.policy == Policy.STATIC:
+            index, shadow = static_index(cfg, seq)
+        else:
+            index, shadow = hashed_index(run.rec.hash_seed or 0, seq, self.regs.aggregators), 0
+        pkt = Packet(
+            Kind.GRADIENT, run.sid, w, cfg.fan_in, index, seq, flags, shadow, bitmap=1 << w
+        )
+        if self.cfg.loss_rate and self.rng.random() < self.cfg.loss_rate:
+            return
+        self.at(now + self.cfg.fragment_s + self.cfg.link_latency_s, lambda: self.switch(pkt))
+
+    def timeout(self, run: _Run, w: int, seq: int, after: float) -> None:
+        if run.rec.state != JobState.RUNNING or seq // run.frags != run.iteration:
+            return
+        if seq % run.frags in run.workers[w].got:
+            return
+        self.send(run, w, seq)
+        self.at(self.clock.now() + 2 * after, lambda: self.timeout(run, w, seq, 2 * after))
+
+    def switch(self, pkt: Packet) -> None:
+        run = self.runs[pkt.job]
+        if run.rec.state != JobState.RUNNING:
+            return  # a straggler packet of a job that already left
+        if check(pkt, self.configs[pkt.job], self.regs.aggregators) is not None:
+            return
+        verdict = process(self.regs, pkt, self.configs)
+        frag = pkt.seq % run.frags
+        if verdict.outcome == Outcome.COMPLETED:
+            run.in_switch.add(frag)
+        elif verdict.outcome in (Outcome.COLLISION, Outcome.FLUSHED):
+            run.lost.add(frag)
+        if verdict.evicted_job is not None:
+            victim = self.runs[verdict.evicted_job]
+            victim.rec.preemptions_suffered += 1
+            run.rec.preemptions_caused += 1
+            for out in verdict.outputs:
+                if out.packet.flags & Flag.EVICTED:
+                    victim.lost.add(out.packet.seq % victim.frags)
+        later = self.clock.now() + self.cfg.switch_latency_s + self.cfg.link_latency_s
+        for out in verdict.outputs:
+            if isinstance(out, ToGroup):
+                self.at(later, partial(self.deliver, out.packet))
+            else:
+                self.at(later, partial(self.ps_in, out.packet))
+
+    def deliver(self, pkt: Packet) -> None:
+        run = self.runs[pkt.job]
+        if run.rec.state != JobState.RUNNING or pkt.seq // run.frags != run.iteration:
+            return
+        frag = pkt.seq % run.frags
+        for w, worker in enumerate(run.workers):
+            if frag in worker.got:
+                continue
+            worker.got.add(frag)
+            worker.in_flight -= 1
+            if not worker.sending:
+                worker.sending = True
+                self.send(run, w)
+        if all(len(worker.got) == run.frags for worker in run.workers):
+            self.end_iteration(run)
+
+    def ps_in(self, pkt: Packet) -> None:
+        run = self.runs[pkt.job]
+        start = max(self.clock.now(), run.ps_free_at)
+        run.ps_free_at = start + self.cfg.ps_fragment_s
+        self.at(run.ps_free_at, lambda: self.ps_done(run, pkt))
+
+    def ps_done(self, run: _Run, pkt: Packet) -> None:
+        if run.rec.state != JobState.RUNNING or pkt.seq in run.ps_sent:
+            return
+        cfg = self.configs[run.sid]
+        full = (1 << cfg.fan_in) - 1
+        if pkt.flags & Flag.COMPLETE and cfg.policy == Policy.ESA:
+            return  # the switch multicast this sum already; the PS only keeps a copy
+        bitmap = run.ps_bitmap.get(pkt.seq, 0) | pkt.bitmap
+        run.ps_bitmap[pkt.seq] = bitmap
+        if bitmap != full:
+            return
+        run.ps_sent.add(pkt.seq)
+        del run.ps_bitmap[pkt.seq]
+        result = Packet(
+            Kind.PS_RESULT,
+            run.sid,
+            PS_WORKER_ID,
+            cfg.fan_in,
+            pkt.agg_index,
+            pkt.seq,
+            Flag.COMPLETE,
+            bitmap=full,
+        )
+        self.at(self.clock.now() + self.cfg.link_latency_s, lambda: self.switch(result))
+
+
+def simulate_fragments(
+    jobs: Sequence[JobSpec], cfg: SimConfig, *, timeout_s: float | None = None
+) -> RunResult:
+    """Run `jobs` packet by packet under `cfg`; the same `RunResult` as `simulate`.
+
+    `timeout_s` is a worker's first resend timeout (default: 20 PS round trips).
+    """
+    timeout = timeout_s if timeout_s is not None else 20 * (cfg.rtt_s + cfg.ps_detour_s)
+    return _FragmentSim(jobs, cfg, timeout).run()

@@ -1,0 +1,103 @@
+"""Priority functions and their mapping to the switch's priority levels.
+
+A priority function orders jobs: `key` returns a number, smaller means served first. `levels`
+turns the order of the active jobs into switch levels ``0 .. levels-1`` where a HIGHER level
+wins, since the switch preempts when ``job_priority[new] > agg_priority[held]``. Ranks are
+spread evenly over the levels, so with no more jobs than levels every job has its own level.
+
+Aging: every `aging_s` seconds a job spends bypassed or evicted (``JobView.starved_s``) lifts
+it one level, up to the top, so no job starves under ``esa``.
+
+Registered functions (`PRIORITIES`): ``srtf`` (default; least remaining work = remaining
+iterations x gradient bytes, attained service for jobs of unknown length), ``las`` (least
+attained service), ``fifo`` (earliest arrival), ``static`` (user class, higher class first).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+from scheduler.errors import UnknownName
+from scheduler.snapshot import JobView
+
+__all__ = [
+    "DEFAULT_AGING_S",
+    "DEFAULT_LEVELS",
+    "PRIORITIES",
+    "PriorityKey",
+    "get_priority",
+    "levels",
+    "register_priority",
+]
+
+# A switch priority register of 4 bits: 16 levels.
+DEFAULT_LEVELS = 16
+# Long enough that a short burst of bypasses does not reorder jobs, short against a job.
+DEFAULT_AGING_S = 60.0
+
+PriorityKey = Callable[[JobView], float]
+
+
+def _srtf(job: JobView) -> float:
+    remaining = job.remaining_bytes
+    return remaining if math.isfinite(remaining) else _las(job)
+
+
+def _las(job: JobView) -> float:
+    return job.attained_bytes
+
+
+def _fifo(job: JobView) -> float:
+    return job.arrival_s
+
+
+def _static(job: JobView) -> float:
+    return -float(job.priority_class)
+
+
+PRIORITIES: dict[str, PriorityKey] = {
+    "fifo": _fifo,
+    "las": _las,
+    "srtf": _srtf,
+    "static": _static,
+}
+
+
+def register_priority(name: str, key: PriorityKey) -> None:
+    """Add (or replace) priority function `name`."""
+    PRIORITIES[name] = key
+
+
+def get_priority(name: str) -> PriorityKey:
+    """The priority function registered as `name`; raises `UnknownName`."""
+    try:
+        return PRIORITIES[name]
+    except KeyError:
+        known = ", ".join(sorted(PRIORITIES))
+        raise UnknownName(f"unknown priority function {name!r}; known: {known}") from None
+
+
+def levels(
+    jobs: Iterable[JobView],
+    key: PriorityKey,
+    n_levels: int = DEFAULT_LEVELS,
+    aging_s: float = DEFAULT_AGING_S,
+) -> dict[int, int]:
+    """``{job_id: level}`` for `jobs`: rank by `key` spread over the levels, plus aging."""
+    if n_levels < 1:
+        raise ValueError(f"n_levels must be >= 1, got {n_levels}")
+    ordered = sorted(jobs, key=lambda j: (key(j), j.arrival_s, j.job_id))
+    count = len(ordered)
+    out: dict[int, int] = {}
+    rank = 0
+    previous: float | None = None
+    for i, job in enumerate(ordered):
+        k = key(job)
+        if previous is None or k != previous:
+            rank = i
+            previous = k
+        base = n_levels - 1 - (rank * n_levels) // count
+        boost = int(job.starved_s // aging_s) if aging_s > 0 else 0
+        out[job.job_id] = min(n_levels - 1, base + boost)
+    return out

@@ -1,0 +1,124 @@
+"""What a policy sees (`Snapshot`, `JobView`) and what it answers (`Decision`).
+
+Both sides are frozen values: the caller (the REST service with wall time, the simulator
+with virtual time) builds a snapshot, calls ``policy.decide(snapshot)`` and applies the
+decisions it gets back. Policies never see a clock, a database or a switch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduler.memory import DEFAULT_WINDOW, JobState, Partition, Pool
+
+__all__ = [
+    "Admit",
+    "Decision",
+    "JobView",
+    "Queue",
+    "Reclaim",
+    "Reject",
+    "SetPriority",
+    "Snapshot",
+    "hash_seed",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """One job as the scheduler sees it at the snapshot's time.
+
+    `iterations` is None for a job of unknown length. `starved_s` is the time the job has
+    spent with fragments bypassed or evicted since it last ran unhindered (aging input).
+    `partition`/`hash_seed` are what an earlier `Admit` gave it; `priority` is the level the
+    switch holds for it now.
+    """
+
+    job_id: int
+    state: JobState
+    arrival_s: float
+    workers: int
+    grad_bytes: int
+    iterations: int | None = None
+    iterations_done: int = 0
+    window: int = DEFAULT_WINDOW
+    priority_class: int = 0
+    starved_s: float = 0.0
+    priority: int = 0
+    partition: Partition | None = None
+    hash_seed: int | None = None
+
+    @property
+    def remaining_bytes(self) -> float:
+        """Gradient bytes still to aggregate (inf for a job of unknown length)."""
+        if self.iterations is None:
+            return float("inf")
+        return max(0, self.iterations - self.iterations_done) * float(self.grad_bytes)
+
+    @property
+    def attained_bytes(self) -> float:
+        """Gradient bytes aggregated so far (least attained service uses this)."""
+        return self.iterations_done * float(self.grad_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The whole scheduling state at virtual or wall time `now` (seconds)."""
+
+    now: float
+    pool: Pool
+    jobs: tuple[JobView, ...]
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """Let the job run: with a private `partition` (static) or a `hash_seed` (shared pool)."""
+
+    job_id: int
+    partition: Partition | None = None
+    hash_seed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """Expected "no room now": the job waits in the admission queue."""
+
+    job_id: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """The job can never run under this policy and pool (it asks for more than exists)."""
+
+    job_id: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetPriority:
+    """Write `level` into the switch's ``job_priority[job]`` (higher wins)."""
+
+    job_id: int
+    level: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaim:
+    """Free the memory of a job that left (its partition, or its shared-pool aggregators)."""
+
+    job_id: int
+    partition: Partition | None = None
+
+
+Decision = Admit | Queue | Reject | SetPriority | Reclaim
+
+
+def hash_seed(seed: int, job_id: int) -> int:
+    """A job's 32-bit placement seed: a pure function of the run seed and the job id."""
+    x = (seed * 0x9E3779B97F4A7C15 + (job_id + 1) * 0xBF58476D1CE4E5B9) & (2**64 - 1)
+    x ^= x >> 31
+    x = (x * 0x94D049BB133111EB) & (2**64 - 1)
+    x ^= x >> 29
+    return x & 0xFFFFFFFF

@@ -1,0 +1,294 @@
+"""The P4 sources against the contracts they implement, without p4c.
+
+The declarations of ``p4/*.p4`` and ``p4/include/*.p4`` are parsed (tables with keys, widths,
+actions and sizes; actions with parameters; registers; counters), turned into a P4Info and
+compared with the committed ``p4/build/inasched.p4info.txtpb`` by the same function `make p4`
+uses on p4c's output. Header fields, sizing constants and protocol constants are compared with
+`p4ctl.protocol`, `p4ctl.p4info` and `p4ctl.rule` in both directions.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from p4.config.v1 import p4info_pb2
+from p4ctl import build, p4info
+from p4ctl.protocol import (
+    HEADER_FIELDS,
+    MAX_JOBS,
+    MAX_WORKERS,
+    PS_WORKER_ID,
+    VERSION,
+    AggState,
+    DropReason,
+    Flag,
+    Kind,
+    Policy,
+)
+from p4ctl.rule import Outcome
+
+P4_DIR = build.P4_DIR
+INCLUDE_DIR = P4_DIR / "include"
+
+# v1model's standard_metadata fields that tables may match on.
+STANDARD_METADATA_WIDTHS = {"egress_port": 9, "ingress_port": 9}
+
+
+def _strip_comments(text: str) -> str:
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.DOTALL)
+    return re.sub(r"//[^\n]*", "", text)
+
+
+def _sources() -> dict[Path, str]:
+    files = [*sorted(P4_DIR.glob("*.p4")), *sorted(INCLUDE_DIR.glob("*.p4"))]
+    return {path: _strip_comments(path.read_text()) for path in files}
+
+
+@pytest.fixture(scope="module")
+def source() -> str:
+    return "\n".join(_sources().values())
+
+
+@pytest.fixture(scope="module")
+def sizing() -> dict[str, int]:
+    return build.read_sizing()
+
+
+def _value(token: str, sizing: dict[str, int]) -> int:
+    return sizing[token] if token in sizing else int(token, 0)
+
+
+def _block(text: str, start: int) -> str:
+    """The text between the brace at or after `start` and its match."""
+    open_at = text.index("{", start)
+    depth = 0
+    for pos in range(open_at, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[pos], 0)
+        if depth == 0:
+            return text[open_at + 1 : pos]
+    raise AssertionError("unbalanced braces")
+
+
+def _headers(text: str) -> dict[str, list[tuple[str, str, int]]]:
+    """header type -> [(field, 'bit' | 'int', width)]."""
+    found = {}
+    for match in re.finditer(r"\bheader\s+(\w+)\s*\{", text):
+        body = _block(text, match.start())
+        fields = re.findall(r"\b(bit|int)<(\d+)>\s+(\w+)\s*;", body)
+        found[match.group(1)] = [(name, kind, int(width)) for kind, width, name in fields]
+    return found
+
+
+def _key_width(expr: str, text: str, headers: dict[str, list[tuple[str, str, int]]]) -> int:
+    parts = expr.split(".")
+    if parts[0] == "standard_metadata":
+        return STANDARD_METADATA_WIDTHS[parts[1]]
+    assert parts[0] == "hdr", f"key {expr} is not a header or standard_metadata field"
+    members = dict(
+        (name, kind) for kind, name in re.findall(r"(\w+)\s+(\w+)\s*;", _struct(text, "headers_t"))
+    )
+    fields = {name: width for name, _, width in headers[members[parts[1]]]}
+    return fields[parts[2]]
+
+
+def _struct(text: str, name: str) -> str:
+    return _block(text, re.search(rf"\bstruct\s+{name}\s*\{{", text).start())
+
+
+ANNOTATION = r'@name\("\.(?P<name>\w+)"\)\s*@id\((?P<id>\w+)\)\s*'
+
+
+def p4info_from_source(text: str, sizing: dict[str, int]) -> p4info_pb2.P4Info:
+    """The P4Info the declarations in `text` describe (what p4c would emit for them)."""
+    info = p4info_pb2.P4Info()
+    headers = _headers(text)
+    local_action_ids: dict[str, int] = {}
+    pattern = ANNOTATION + r"action\s+(?P<local>\w+)\s*\((?P<params>[^)]*)\)"
+    for m in re.finditer(pattern, text):
+        action = info.actions.add()
+        action.preamble.id = int(m["id"], 0)
+        action.preamble.name = action.preamble.alias = m["name"]
+        params = re.findall(r"bit<(\d+)>\s+(\w+)", m["params"])
+        for pid, (width, pname) in enumerate(params, start=1):
+            action.params.add(id=pid, name=pname, bitwidth=int(width))
+        local_action_ids[m["local"]] = action.preamble.id
+
+    for m in re.finditer(ANNOTATION + r"table\s+(?P<local>\w+)", text):
+        body = _block(text, m.end())
+        table = info.tables.add()
+        table.preamble.id = int(m["id"], 0)
+        table.preamble.name = table.preamble.alias = m["name"]
+        keys = re.findall(r'([\w.]+)\s*:\s*exact\s*@name\("(\w+)"\)\s*;', _block(body, 0))
+        for fid, (expr, kname) in enumerate(keys, start=1):
+            table.match_fields.add(
+                id=fid,
+                name=kname,
+                bitwidth=_key_width(expr, text, headers),
+                match_type=p4info_pb2.MatchField.EXACT,
+            )
+        actions_at = re.search(r"\bactions\s*=", body).end()
+        for local in re.findall(r"(\w+)\s*;", _block(body, actions_at)):
+            table.action_refs.add(id=local_action_ids[local])
+        table.size = _value(re.search(r"\bsize\s*=\s*(\w+)\s*;", body)[1], sizing)
+
+    pattern = ANNOTATION + r"register<bit<(?P<width>\d+)>>\((?P<size>\w+)\)\s+\w+\s*;"
+    for m in re.finditer(pattern, text):
+        register = info.registers.add()
+        register.preamble.id = int(m["id"], 0)
+        register.preamble.name = register.preamble.alias = m["name"]
+        register.type_spec.bitstring.bit.bitwidth = int(m["width"])
+        register.size = _value(m["size"], sizing)
+
+    units = {"packets_and_bytes": p4info_pb2.CounterSpec.BOTH}
+    pattern = ANNOTATION + r"counter\((?P<size>\w+),\s*CounterType\.(?P<unit>\w+)\)\s+\w+\s*;"
+    for m in re.finditer(pattern, text):
+        counter = info.counters.add()
+        counter.preamble.id = int(m["id"], 0)
+        counter.preamble.name = counter.preamble.alias = m["name"]
+        counter.spec.unit = units[m["unit"]]
+        counter.size = _value(m["size"], sizing)
+    return info
+
+
+def _committed() -> p4info_pb2.P4Info:
+    return text_format.Parse(p4info.COMMITTED_P4INFO.read_text(), p4info_pb2.P4Info())
+
+
+# ---------------------------------------------------------------------------- layout
+
+
+def test_every_include_file_is_included_from_the_top_level_file() -> None:
+    top = (P4_DIR / "inasched.p4").read_text()
+    included = set(re.findall(r'^#include\s+"include/([\w.]+)"', top, flags=re.MULTILINE))
+    present = {path.name for path in INCLUDE_DIR.glob("*")}
+    assert present - included == set(), "files in p4/include that inasched.p4 does not include"
+    assert included - present == set(), "inasched.p4 includes files that do not exist"
+
+
+def test_each_include_file_declares_at_most_one_control() -> None:
+    for path, text in _sources().items():
+        if path.parent == INCLUDE_DIR:
+            controls = re.findall(r"^\s*control\s+(\w+)", text, flags=re.MULTILINE)
+            assert len(controls) <= 1, f"{path.name} declares {controls}"
+
+
+def test_the_p4_directory_is_not_a_python_package() -> None:
+    # The p4runtime distribution owns the import name `p4`.
+    assert not (P4_DIR / "__init__.py").exists()
+
+
+# ---------------------------------------------------------------------------- P4Info
+
+
+def test_declarations_match_the_committed_p4info(source: str, sizing: dict[str, int]) -> None:
+    assert build.compare_p4info(p4info_from_source(source, sizing), _committed()) == []
+
+
+def test_every_table_register_and_counter_carries_its_p4info_name_and_id(source: str) -> None:
+    for kind, declared in (
+        ("table", r"\btable\s+\w+\s*\{"),
+        ("register", r"\bregister<"),
+        ("counter", r"\bcounter\("),
+    ):
+        everywhere = len(re.findall(declared, source))
+        annotated = len(re.findall(ANNOTATION + declared.removeprefix(r"\b"), source))
+        assert everywhere == annotated, f"a {kind} without @name/@id"
+
+
+def test_each_register_array_is_read_and_written_at_most_once_per_pass(source: str) -> None:
+    registers = re.findall(r"register<bit<\d+>>\(\w+\)\s+(\w+)\s*;", source)
+    assert len(registers) == len(_committed().registers)
+    for register in registers:
+        reads = len(re.findall(rf"\b{register}\.read\(", source))
+        writes = len(re.findall(rf"\b{register}\.write\(", source))
+        assert reads <= 1 and writes <= 1, f"{register}: {reads} reads, {writes} writes"
+
+
+def test_compare_p4info_names_a_changed_width() -> None:
+    changed = _committed()
+    changed.registers[0].type_spec.bitstring.bit.bitwidth = 16
+    (problem,) = build.compare_p4info(changed, _committed())
+    assert problem.startswith("register job_priority")
+
+
+# ---------------------------------------------------------------------------- protocol
+
+
+def test_agg_header_is_protocol_header_fields(source: str) -> None:
+    fields = _headers(source)["agg_h"]
+    # A lower-case struct code is a signed field.
+    expected = [
+        (name, "int" if code.islower() else "bit", width) for name, code, width in HEADER_FIELDS
+    ]
+    assert fields == expected
+    assert sum(width for _, _, width in fields) == 24 * 8
+
+
+def test_sizing_constants_equal_their_python_twins_both_ways(sizing: dict[str, int]) -> None:
+    twins = {
+        "LANES": p4info.DEFAULT_LANES,
+        "AGGREGATORS": p4info.DEFAULT_AGGREGATORS,
+        "MAX_JOBS": MAX_JOBS,
+        "MAX_WORKERS": MAX_WORKERS,
+        "DROP_REASONS": len(DropReason),
+        "WORKER_TABLE_SIZE": p4info.WORKER_TABLE_SIZE,
+        "PORT_TABLE_SIZE": p4info.MAX_PORTS,
+    }
+    p4_only = {"AGG_UDP_PORT", "CLONE_SESSION", "FIELD_LIST_ROUTE"}
+    assert {name: sizing.get(name) for name in twins} == twins
+    assert set(sizing) - set(twins) == p4_only, "a sizing constant with no twin and no reason"
+
+
+def test_every_sizing_constant_says_why() -> None:
+    lines = build.SIZING_P4.read_text().splitlines()
+    for n, line in enumerate(lines):
+        if re.match(r"#define\s+[A-Z_]+\s+\d+", line):
+            above = lines[n - 2] if lines[n - 1].startswith("#ifndef") else lines[n - 1]
+            assert above.startswith("//"), f"no comment above {line!r}"
+
+
+@pytest.mark.parametrize(
+    ("prefix", "enum"),
+    [
+        ("KIND_", Kind),
+        ("FLAG_", Flag),
+        ("STATE_", AggState),
+        ("POLICY_", Policy),
+        ("DROP_", DropReason),
+    ],
+)
+def test_protocol_constants_equal_the_python_enums(source: str, prefix: str, enum: type) -> None:
+    declared = {
+        name.removeprefix(prefix): int(value, 0)
+        for name, value in re.findall(rf"const\s+bit<\d+>\s+({prefix}\w+)\s*=\s*(\w+)\s*;", source)
+    }
+    expected = {member.name: int(member) for member in enum if member.name != "NONE"}
+    assert declared == expected
+
+
+def test_outcome_constants_name_every_rule_outcome(source: str) -> None:
+    declared = set(re.findall(r"const\s+bit<\d+>\s+OUTCOME_(\w+)\s*=", source))
+    assert declared == {outcome.name for outcome in Outcome}
+
+
+def test_version_and_ps_worker_id_are_the_protocols(source: str) -> None:
+    consts = dict(re.findall(r"const\s+bit<\d+>\s+(\w+)\s*=\s*(\w+)\s*;", source))
+    assert int(consts["VERSION"], 0) == VERSION
+    assert int(consts["PS_WORKER_ID"], 0) == PS_WORKER_ID
+
+
+# ---------------------------------------------------------------------------- build
+
+
+def test_generated_lanes_file_is_the_template_expanded(sizing: dict[str, int]) -> None:
+    assert build.LANES_P4.read_text() == build.render_lanes(sizing["LANES"])
+
+
+def test_make_p4_without_p4c_says_so_and_succeeds(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="p4ctl.build"):
+        assert build.main(["--check", "--p4c", "p4c-that-is-not-installed"]) == 0
+    assert "p4c is not on PATH" in caplog.text

@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import scheduler
+from scheduler.errors import UnknownName
+from scheduler.memory import JobState, MemoryMap, Pool
+from scheduler.service import Scheduler
+from scheduler.snapshot import Admit, Queue, Reclaim, Reject, SetPriority
+
+from .conftest import view
+
+RUN = JobState.RUNNING
+
+
+def test_public_names_are_sorted() -> None:
+    assert scheduler.__all__ == sorted(scheduler.__all__)
+    for name in scheduler.__all__:
+        assert hasattr(scheduler, name)
+
+
+def test_static_queues_fifo_and_backfills_a_job_that_fits() -> None:
+    s = Scheduler("static", pool=Pool(64))
+    jobs = [view(1, window=16), view(2, window=24), view(3, window=8)]
+    decisions = s.decide(s.snapshot(0.0, jobs))
+    assert isinstance(decisions[0], Admit) and decisions[0].partition is not None
+    assert isinstance(decisions[1], Queue)
+    assert isinstance(decisions[2], Admit)  # backfilled past job 2
+
+
+def test_static_rejects_a_window_larger_than_the_pool() -> None:
+    s = Scheduler("static", pool=Pool(16))
+    (decision,) = s.decide(s.snapshot(0.0, [view(1, window=9)]))
+    assert isinstance(decision, Reject) and "smaller window" in decision.reason
+
+
+def test_shared_policies_admit_everyone_with_a_seeded_hash() -> None:
+    for name in ("atp", "esa"):
+        s = Scheduler(name, pool=Pool(8), seed=7)
+        decisions = s.decide(s.snapshot(0.0, [view(i) for i in range(20)]))
+        admits = [d for d in decisions if isinstance(d, Admit)]
+        assert len(admits) == 20
+        assert admits == [
+            d
+            for d in s.decide(s.snapshot(5.0, [view(i) for i in range(20)]))
+            if isinstance(d, Admit)
+        ]
+        assert len({a.hash_seed for a in admits}) == 20
+
+
+def test_esa_sets_priorities_and_only_changes() -> None:
+    s = Scheduler("esa", "srtf")
+    jobs = [view(1, RUN, iterations=100, priority=0), view(2, RUN, iterations=10, priority=15)]
+    decisions = s.decide(s.snapshot(0.0, jobs))
+    assert decisions == (SetPriority(1, 7),)
+
+
+def test_atp_sets_no_priorities() -> None:
+    s = Scheduler("atp")
+    decisions = s.decide(s.snapshot(0.0, [view(1), view(2, RUN, hash_seed=3)]))
+    assert not any(isinstance(d, SetPriority) for d in decisions)
+
+
+def test_a_terminal_job_holding_memory_is_reclaimed() -> None:
+    s = Scheduler("static", pool=Pool(64))
+    part = s.decide(s.snapshot(0.0, [view(1, window=4)]))[0]
+    assert isinstance(part, Admit)
+    done = view(1, JobState.FINISHED, window=4, partition=part.partition)
+    assert s.decide(s.snapshot(1.0, [done])) == (Reclaim(1, part.partition),)
+
+
+def test_unknown_policy_names_the_known_ones() -> None:
+    with pytest.raises(UnknownName, match="atp, esa, static"):
+        Scheduler("swapped")
+
+
+def test_aggregator_params_for_static_and_shared_jobs() -> None:
+    s = Scheduler("static", pool=Pool(64, lanes=64))
+    (admit,) = s.decide(s.snapshot(0.0, [view(1, window=4)]))
+    assert isinstance(admit, Admit)
+    params = s.aggregator_params(view(1, RUN, partition=admit.partition))
+    assert (params.partition_base, params.partition_slots, params.hash_seed) == (0, 4, None)
+    shared = Scheduler("esa", pool=Pool(64)).aggregator_params(view(1, RUN, hash_seed=9))
+    assert (shared.aggregators, shared.hash_seed, shared.partition_base) == (64, 9, None)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 20), st.booleans()), min_size=1, max_size=30))
+def test_static_admissions_never_overlap_or_exceed_the_pool(
+    arrivals: list[tuple[int, bool]],
+) -> None:
+    s = Scheduler("static", pool=Pool(96))
+    mem = MemoryMap(s.pool)
+    jobs = {}
+    for i, (window, finish_one) in enumerate(arrivals):
+        jobs[i] = view(i, window=window)
+        if finish_one:
+            running = [j for j in jobs.values() if j.state == RUN]
+            if running:
+                jobs[running[0].job_id] = replace(running[0], state=JobState.FINISHED)
+        for d in s.decide(s.snapshot(float(i), jobs.values())):
+            job = jobs[d.job_id]
+            if isinstance(d, Admit):
+                assert d.partition is not None
+                mem.reserve(d.job_id, d.partition)  # raises on any overlap or overflow
+                jobs[d.job_id] = replace(job, state=RUN, partition=d.partition)
+            elif isinstance(d, Reclaim):
+                mem.release(d.job_id)
+                jobs[d.job_id] = replace(job, partition=None)
+        assert mem.used() <= s.pool.aggregators
