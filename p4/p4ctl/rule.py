@@ -333,7 +333,9 @@ def _on_partial(
         out = ToPort(cfg.ps_port, _held(regs, i, pkt.job, pkt.seq, Flag.FLUSHED, cfg.fan_in))
         _set_flushed(regs, i, flushed_state)
         return Verdict(Outcome.FLUSHED, (out,))
-    if _is_side(regs, i, pkt):
+    # atp/esa: a RESEND must not join a sum either, for the same reason it never claims: its
+    # first send may already be at the PS inside an evicted or flushed sum.
+    if _is_side(regs, i, pkt) or (resend and flushed_state == AggState.FREE):
         side = _to_ps(cfg, pkt, Flag.BYPASSED)
         if not resend:
             return Verdict(Outcome.RAW_BYPASS, (side,))

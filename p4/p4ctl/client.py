@@ -1,0 +1,436 @@
+"""`SwitchClient`: the `SwitchBackend` over P4Runtime, for the soft switch or any target.
+
+Built on p4runtime-shell's `P4RuntimeClient` (one object per switch; none of the shell's
+module-level state). The shell's handshake calls ``sys.exit`` when the switch does not answer;
+that is caught here and raised as `SwitchUnavailable`, as is every other lower-layer error
+mapped onto `p4ctl.errors`::
+
+    client = SwitchClient("127.0.0.1:9559", aggregators=4096, lanes=64)
+    client.install_job(JobInstall(3, Policy.ESA, 4, ps=Endpoint("127.0.0.1", 9556)))
+    client.add_worker(3, 0, Endpoint("127.0.0.1", 40001))
+    client.occupancy().runs()      # [(start, length, job, state), ...]
+    client.close()
+
+What the switch holds is the truth: the client reads the port table, the worker table and the
+job table when it connects, so a restarted service resumes with the switch as it left it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Iterator
+
+import grpc
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2 as p4rt
+from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException
+
+from p4ctl.backend import (
+    Endpoint,
+    JobInstall,
+    Occupancy,
+    PortMap,
+    SwitchCounters,
+    counters_from,
+    group_of,
+    job_config,
+)
+from p4ctl.client_codec import P4Names, addr_int, addr_str, write_errors
+from p4ctl.errors import (
+    NotPrimary,
+    PipelineMismatch,
+    SwitchError,
+    SwitchUnavailable,
+    UpdateError,
+    WriteFailed,
+)
+from p4ctl.p4info import DEFAULT_AGGREGATORS, DEFAULT_LANES, Sizing, build_p4info
+from p4ctl.p4rt_service import first_difference
+from p4ctl.protocol import MAX_JOBS, PS_WORKER_ID, AggState, DropReason
+from p4ctl.rule import JOB_COUNTERS
+
+__all__ = ["SwitchClient"]
+
+log = logging.getLogger(__name__)
+
+INSERT, MODIFY, DELETE = p4rt.Update.INSERT, p4rt.Update.MODIFY, p4rt.Update.DELETE
+# A worker-table key: (job, worker) -> (dotted host, udp port, switch port).
+SourceEntry = tuple[str, int, int]
+
+
+class SwitchClient:
+    """The `SwitchBackend` of one P4Runtime switch at `address` ("host:port").
+
+    Sets the inasched pipeline for ``Sizing(aggregators, lanes)`` when the switch has none
+    (defaults: `p4ctl.p4info` defaults), otherwise checks the one it runs (sizing then read
+    from it when not given). Raises `SwitchUnavailable`, `PipelineMismatch`.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        device_id: int = 0,
+        election_id: tuple[int, int] = (0, 1),
+        aggregators: int | None = None,
+        lanes: int | None = None,
+        *,
+        device_config: bytes = b"",
+    ) -> None:
+        self.address = address
+        self._lock = threading.RLock()
+        self._shell = _connect(device_id, address, election_id)
+        try:
+            info = self._pipeline(aggregators, lanes, device_config)
+            self.names = P4Names(info)
+            self.aggregators = self.names.register_size["agg_job"]
+            self.lanes = self.names.lanes
+            self._load()
+        except BaseException:
+            self._shell.tear_down()
+            raise
+
+    # ------------------------------------------------------------------ SwitchBackend
+
+    def install_job(self, job: JobInstall) -> None:
+        with self._lock:
+            address = job.ps.address()
+            ps_port, _ = self._ports.assign(address)
+            cfg = job_config(job, ps_port)
+            updates = [
+                self._endpoint_entry(ps_port, address),
+                self.names.table_entry(
+                    "job_table",
+                    {"job": job.job_id},
+                    "set_job",
+                    {
+                        "policy": int(cfg.policy),
+                        "fan_in": cfg.fan_in,
+                        "part_base": cfg.part_base,
+                        "part_size": cfg.part_size,
+                        "mcast_group": cfg.mcast_group,
+                        "ps_port": ps_port,
+                    },
+                ),
+            ]
+            stale = self._sources.get((job.job_id, PS_WORKER_ID))
+            if stale is not None and stale[:2] != address:
+                self._delete([self._source_entry(job.job_id, PS_WORKER_ID, stale)])
+            source = (*address, ps_port)
+            updates.append(self._source_entry(job.job_id, PS_WORKER_ID, source))
+            self._upsert(updates)
+            self._write(
+                [self.names.register_entry("job_priority", job.job_id, job.priority)], MODIFY
+            )
+            self._sources[(job.job_id, PS_WORKER_ID)] = source
+            self._jobs[job.job_id] = cfg.fan_in
+            self._write([self._group_entry(job.job_id)], INSERT, tolerate="ALREADY_EXISTS")
+
+    def add_worker(self, job_id: int, worker_id: int, endpoint: Endpoint) -> None:
+        with self._lock:
+            fan_in = self._jobs.get(job_id)
+            if fan_in is None:
+                raise WriteFailed(
+                    [UpdateError(0, "NOT_FOUND", f"job {job_id} is not installed; install first")]
+                )
+            if not 0 <= worker_id < fan_in:
+                raise WriteFailed(
+                    [
+                        UpdateError(
+                            0, "INVALID_ARGUMENT", f"worker {worker_id} not in 0..{fan_in - 1}"
+                        )
+                    ]
+                )
+            address = endpoint.address()
+            port, _ = self._ports.assign(address)
+            stale = self._sources.get((job_id, worker_id))
+            if stale is not None and stale[:2] != address:
+                self._delete([self._source_entry(job_id, worker_id, stale)])
+                del self._sources[(job_id, worker_id)]
+            source = (*address, port)
+            self._upsert(
+                [self._endpoint_entry(port, address), self._source_entry(job_id, worker_id, source)]
+            )
+            self._sources[(job_id, worker_id)] = source
+            self._upsert([self._group_entry(job_id)])
+            self._release_ports()
+
+    def set_priority(self, job_id: int, level: int) -> None:
+        with self._lock:
+            self._write([self.names.register_entry("job_priority", job_id, level)], MODIFY)
+
+    def reclaim(self, job_id: int) -> int:
+        with self._lock:
+            owners = self._register_values("agg_job")
+            states = self._register_values("agg_state")
+            held = [
+                i
+                for i, (j, s) in enumerate(zip(owners, states, strict=True))
+                if j == job_id and s != AggState.FREE
+            ]
+            updates = [
+                self.names.register_entry(name, i, 0)
+                for i in held
+                for name in ("agg_state", "agg_bitmap", "agg_count")
+            ]
+            if updates:
+                self._write(updates, MODIFY)
+            return len(held)
+
+    def remove_job(self, job_id: int) -> None:
+        with self._lock:
+            mine = {key: src for key, src in self._sources.items() if key[0] == job_id}
+            self._delete(
+                [self._source_entry(job, worker, src) for (job, worker), src in mine.items()]
+            )
+            for key in mine:
+                del self._sources[key]
+            self._delete(
+                [
+                    self.names.table_entry("job_table", {"job": job_id}),
+                    self._group_entry(job_id, replicas=False),
+                ]
+            )
+            self._jobs.pop(job_id, None)
+            self._write([self.names.register_entry("job_priority", job_id, 0)], MODIFY)
+            self.reclaim(job_id)
+            self._release_ports()
+
+    def installed_jobs(self) -> set[int]:
+        with self._lock:
+            query = p4rt.Entity()
+            query.table_entry.table_id = self.names.table_id["job_table"]
+            return {self.names.match_values(e.table_entry)[0] for e in self._read([query])}
+
+    def occupancy(self) -> Occupancy:
+        with self._lock:
+            return Occupancy(
+                job=tuple(self._register_values("agg_job")),
+                state=tuple(self._register_values("agg_state")),
+            )
+
+    def counters(self) -> SwitchCounters:
+        with self._lock:
+            # Only the installed jobs' cells: a wildcard read of 6 x 1024 counters costs seconds
+            # with the pure-Python protobuf runtime.
+            queries = []
+            for cid, name in self.names.counter_name.items():
+                if name not in JOB_COUNTERS:
+                    queries.append(p4rt.Entity(counter_entry=p4rt.CounterEntry(counter_id=cid)))
+                    continue
+                for job in sorted(self._jobs):
+                    entity = p4rt.Entity(counter_entry=p4rt.CounterEntry(counter_id=cid))
+                    entity.counter_entry.index.index = job
+                    queries.append(entity)
+            jobs = {name: [0] * MAX_JOBS for name in JOB_COUNTERS}
+            drops = [0] * len(DropReason)
+            for entity in self._read(queries):
+                entry = entity.counter_entry
+                name = self.names.counter_name[entry.counter_id]
+                cells = jobs.get(name, drops)
+                cells[entry.index.index] = entry.data.packet_count
+            return counters_from(jobs, drops)
+
+    def close(self) -> None:
+        """End the stream and close the channel; safe to call twice."""
+        with self._lock:
+            shell, self._shell = self._shell, None
+        if shell is not None:
+            shell.tear_down()
+
+    def __enter__(self) -> SwitchClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ set-up
+
+    def _pipeline(
+        self, aggregators: int | None, lanes: int | None, device_config: bytes
+    ) -> p4info_pb2.P4Info:
+        """Set our pipeline on a switch that has none, or check the one it runs."""
+        try:
+            running = self.shell.get_p4info()
+        except P4RuntimeException as exc:
+            if exc.grpc_error.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                raise self._mapped(exc.grpc_error) from None
+            running = None
+        if running is None or not running.tables:
+            sizing = Sizing(aggregators or DEFAULT_AGGREGATORS, lanes or DEFAULT_LANES)
+            info = build_p4info(sizing)
+            request = p4rt.SetForwardingPipelineConfigRequest(
+                device_id=self.shell.device_id,
+                action=p4rt.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
+            )
+            request.election_id.high, request.election_id.low = self.shell.election_id
+            request.config.p4info.CopyFrom(info)
+            request.config.p4_device_config = device_config
+            try:
+                self.shell.stub.SetForwardingPipelineConfig(request)
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                    raise PipelineMismatch(f"switch {self.address}: {exc.details()}") from None
+                raise self._mapped(exc) from None
+            log.info("set the inasched pipeline on %s (%s)", self.address, sizing)
+            return info
+        names = P4Names(running)
+        sizing = Sizing(names.register_size.get("agg_job", 0), names.lanes)
+        want = Sizing(aggregators or sizing.aggregators, lanes or sizing.lanes)
+        diff = first_difference(running, build_p4info(want))
+        if diff is not None:
+            raise PipelineMismatch(
+                f"switch {self.address} runs another pipeline than inasched {want}: first "
+                f"difference at {diff} (running != expected)"
+            )
+        return running
+
+    def _load(self) -> None:
+        """Read back the tables a previous controller left, so writes stay idempotent."""
+        self._ports = PortMap()
+        self._sources: dict[tuple[int, int], SourceEntry] = {}
+        self._jobs: dict[int, int] = {}
+        query = p4rt.Entity()
+        query.table_entry.table_id = 0
+        for entity in self._read([query]):
+            entry = entity.table_entry
+            table = self.names.table_name[entry.table_id]
+            key = self.names.match_values(entry)
+            params = self.names.action_values(entry)
+            if table == "port_table" and "addr" in params:
+                address = (addr_str(params["addr"]), params["udp_port"])
+                self._ports.by_port[key[0]] = address
+                self._ports.by_address[address] = key[0]
+            elif table == "worker_table" and "port" in params:
+                self._sources[(key[0], key[1])] = (addr_str(key[2]), key[3], params["port"])
+            elif table == "job_table" and "fan_in" in params:
+                self._jobs[key[0]] = params["fan_in"]
+
+    # ------------------------------------------------------------------ entities
+
+    @property
+    def shell(self) -> P4RuntimeClient:
+        if self._shell is None:
+            raise SwitchUnavailable(self.address, "the client is closed")
+        return self._shell
+
+    def _endpoint_entry(self, port: int, address: tuple[str, int]) -> p4rt.Entity:
+        return self.names.table_entry(
+            "port_table",
+            {"egress_port": port},
+            "set_endpoint",
+            {"addr": addr_int(address[0]), "udp_port": address[1]},
+        )
+
+    def _source_entry(self, job: int, worker: int, source: SourceEntry) -> p4rt.Entity:
+        host, udp_port, port = source
+        match = {"job": job, "worker": worker, "src_addr": addr_int(host), "src_port": udp_port}
+        return self.names.table_entry("worker_table", match, "allow_source", {"port": port})
+
+    def _group_entry(self, job_id: int, replicas: bool = True) -> p4rt.Entity:
+        entity = p4rt.Entity()
+        group = entity.packet_replication_engine_entry.multicast_group_entry
+        group.multicast_group_id = group_of(job_id)
+        if replicas:
+            ports = sorted(
+                {
+                    src[2]
+                    for (job, worker), src in self._sources.items()
+                    if job == job_id and worker != PS_WORKER_ID
+                }
+            )
+            for port in ports:
+                group.replicas.add(egress_port=port, instance=0)
+        return entity
+
+    def _release_ports(self) -> None:
+        used = {src[2] for src in self._sources.values()}
+        released = self._ports.release_unused(used)
+        self._delete([self.names.table_entry("port_table", {"egress_port": p}) for p in released])
+
+    def _register_values(self, name: str) -> list[int]:
+        query = p4rt.Entity()
+        query.register_entry.register_id = self.names.register_id[name]
+        values = [0] * self.names.register_size[name]
+        for entity in self._read([query]):
+            entry = entity.register_entry
+            values[entry.index.index] = int.from_bytes(entry.data.bitstring, "big")
+        return values
+
+    # ------------------------------------------------------------------ RPCs, errors mapped
+
+    def _upsert(self, updates: list[p4rt.Entity]) -> None:
+        """Insert, or modify what exists already (idempotent installs)."""
+        errors = self._write(updates, INSERT, tolerate="ALREADY_EXISTS")
+        existing = [updates[e.index] for e in errors]
+        if existing:
+            self._write(existing, MODIFY)
+
+    def _delete(self, entities: list[p4rt.Entity]) -> None:
+        """Delete; what is already gone is fine (idempotent removes)."""
+        if entities:
+            self._write(entities, DELETE, tolerate="NOT_FOUND")
+
+    def _write(
+        self, entities: Iterable[p4rt.Entity], op: int, tolerate: str = ""
+    ) -> list[UpdateError]:
+        """Write one batch; returns the per-update errors of code `tolerate`, raises others."""
+        shell = self.shell
+        request = p4rt.WriteRequest(device_id=shell.device_id)
+        request.election_id.high, request.election_id.low = shell.election_id
+        for entity in entities:
+            request.updates.add(type=op, entity=entity)
+        try:
+            # Not shell.write: p4runtime-shell 0.0.6's error iterator never advances past an
+            # OK entry, so it spins forever on a batch where some updates succeeded.
+            shell.stub.Write(request)
+        except grpc.RpcError as exc:
+            errors = write_errors(exc)
+            if errors is None:
+                raise self._mapped(exc) from None
+            fatal = [e for e in errors if e.code != tolerate]
+            if fatal:
+                raise WriteFailed(fatal) from None
+            return errors
+        return []
+
+    def _read(self, entities: list[p4rt.Entity]) -> Iterator[p4rt.Entity]:
+        request = p4rt.ReadRequest(device_id=self.shell.device_id)
+        request.entities.extend(entities)
+        try:
+            for reply in self.shell.stub.Read(request):
+                yield from reply.entities
+        except grpc.RpcError as exc:
+            raise self._mapped(exc) from None
+
+    def _mapped(self, exc: grpc.RpcError) -> SwitchError:
+        code, details = exc.code(), exc.details()
+        if code == grpc.StatusCode.PERMISSION_DENIED:
+            return NotPrimary(f"switch {self.address}: {details}")
+        if code in (
+            grpc.StatusCode.UNAVAILABLE,
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            grpc.StatusCode.CANCELLED,
+        ):
+            return SwitchUnavailable(self.address, f"{code.name}: {details}")
+        return SwitchError(f"switch {self.address}: {code.name}: {details}")
+
+
+def _connect(device_id: int, address: str, election_id: tuple[int, int]) -> P4RuntimeClient:
+    """A connected shell client; its ``sys.exit`` on a failed handshake becomes an exception."""
+    shell = P4RuntimeClient.__new__(P4RuntimeClient)
+    try:
+        shell.__init__(device_id, address, election_id)
+    except SystemExit:
+        # Keep the reference so that the half-open channel does not outlive the failure.
+        channel = getattr(shell, "channel", None)
+        if channel is not None:
+            queue_out = getattr(shell, "stream_out_q", None)
+            if queue_out is not None:
+                queue_out.put(None)
+            channel.close()
+        thread = getattr(shell, "stream_recv_thread", None)
+        if thread is not None:
+            thread.join()
+        raise SwitchUnavailable(address, "no P4Runtime session (no arbitration answer)") from None
+    return shell

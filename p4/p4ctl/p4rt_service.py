@@ -1,0 +1,324 @@
+"""The soft switch's P4Runtime gRPC service (protos from the ``p4runtime`` package).
+
+Supported: Capabilities; Set/GetForwardingPipelineConfig (only the inasched P4Info for this
+switch's sizing is accepted; anything else is refused with INVALID_ARGUMENT naming the first
+difference); Write/Read of table entries, registers, counters and multicast groups
+(`p4ctl.tables`); StreamChannel with primary election: the stream with the highest election id
+is primary, and a Write or pipeline change whose election id is not the primary's is refused
+with PERMISSION_DENIED. Per-update Write errors travel as P4Runtime specifies: status UNKNOWN
+with a ``google.rpc.Status`` of one ``p4.v1.Error`` per update in the trailing metadata.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Iterator
+from typing import NoReturn
+
+import grpc
+from google.protobuf import any_pb2
+from google.protobuf.message import Message
+from google.rpc import code_pb2, status_pb2
+from p4.v1 import p4runtime_pb2 as p4rt
+from p4.v1 import p4runtime_pb2_grpc
+
+from p4ctl.p4info import Sizing, build_p4info
+from p4ctl.pipeline import Pipeline
+from p4ctl.tables import Entities, EntityError
+
+__all__ = ["P4RuntimeService", "first_difference"]
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "1.4.1"
+# Entities per ReadResponse: keeps a wildcard read of k lane arrays under gRPC's 4 MB limit.
+READ_BATCH = 2000
+
+Election = tuple[int, int]
+
+
+def first_difference(got: Message, want: Message, path: str = "p4info") -> str | None:
+    """Where two protobuf messages first differ, as ``path: got != want``; None when equal."""
+    for fd in want.DESCRIPTOR.fields:
+        name = f"{path}.{fd.name}"
+        a, b = getattr(got, fd.name), getattr(want, fd.name)
+        if fd.label == fd.LABEL_REPEATED:
+            for i, (x, y) in enumerate(zip(a, b, strict=False)):
+                found = (
+                    first_difference(x, y, f"{name}[{i}]")
+                    if fd.message_type
+                    else (None if x == y else f"{name}[{i}]: {x!r} != {y!r}")
+                )
+                if found:
+                    return found
+            if len(a) != len(b):
+                return f"{name}: {len(a)} entries != {len(b)}"
+        elif fd.message_type:
+            found = first_difference(a, b, name)
+            if found:
+                return found
+        elif a != b:
+            return f"{name}: {a!r} != {b!r}"
+    return None
+
+
+class _Stream:
+    """One StreamChannel: its election id and the queue of messages to send on it."""
+
+    def __init__(self) -> None:
+        self.election: Election | None = None
+        self.outbox: queue.Queue[p4rt.StreamMessageResponse | None] = queue.Queue()
+
+
+class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):  # type: ignore[misc]
+    """P4Runtime for one device (`device_id`) whose data plane is `pipeline`."""
+
+    def __init__(self, pipeline: Pipeline, device_id: int = 0) -> None:
+        self.pipeline = pipeline
+        self.device_id = device_id
+        self.sizing = Sizing(pipeline.aggregators, pipeline.lanes)
+        self._expected = build_p4info(self.sizing)
+        self._config: p4rt.ForwardingPipelineConfig | None = None
+        self._entities = Entities(pipeline, self._expected)
+        self._lock = threading.Lock()
+        self._streams: list[_Stream] = []
+        self._readers: list[threading.Thread] = []
+
+    def close(self) -> None:
+        """End every open stream and join their reader threads (after the server stopped)."""
+        with self._lock:
+            streams, self._streams = self._streams, []
+            readers, self._readers = self._readers, []
+        for stream in streams:
+            stream.outbox.put(None)
+        for reader in readers:
+            reader.join()
+
+    # ------------------------------------------------------------------ RPCs
+
+    def Capabilities(
+        self, request: p4rt.CapabilitiesRequest, context: grpc.ServicerContext
+    ) -> p4rt.CapabilitiesResponse:
+        return p4rt.CapabilitiesResponse(p4runtime_api_version=API_VERSION)
+
+    def SetForwardingPipelineConfig(
+        self, request: p4rt.SetForwardingPipelineConfigRequest, context: grpc.ServicerContext
+    ) -> p4rt.SetForwardingPipelineConfigResponse:
+        self._check_device(request.device_id, context)
+        action = request.action
+        if action in (p4rt.SetForwardingPipelineConfigRequest.UNSPECIFIED,):
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "pipeline config action is unset")
+        with self._lock:
+            self._check_primary(request.election_id, context)
+            if action == p4rt.SetForwardingPipelineConfigRequest.COMMIT:
+                if self._config is None:
+                    _abort(context, grpc.StatusCode.FAILED_PRECONDITION, "no saved config")
+                return p4rt.SetForwardingPipelineConfigResponse()
+            diff = first_difference(request.config.p4info, self._expected)
+            if diff is not None:
+                _abort(
+                    context,
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"P4Info does not match this switch's pipeline (inasched, "
+                    f"aggregators={self.sizing.aggregators}, lanes={self.sizing.lanes}): first "
+                    f"difference at {diff} (given != expected); build it with "
+                    f"p4ctl.p4info.build_p4info(Sizing({self.sizing.aggregators}, "
+                    f"{self.sizing.lanes}))",
+                )
+            if action == p4rt.SetForwardingPipelineConfigRequest.VERIFY:
+                return p4rt.SetForwardingPipelineConfigResponse()
+            if action == p4rt.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT:
+                # A new pipeline starts from empty tables and registers, as on a real target.
+                self.pipeline.reset()
+                self._entities = Entities(self.pipeline, self._expected)
+            config = p4rt.ForwardingPipelineConfig()
+            config.CopyFrom(request.config)
+            self._config = config
+        log.info("pipeline set (%s)", p4rt.SetForwardingPipelineConfigRequest.Action.Name(action))
+        return p4rt.SetForwardingPipelineConfigResponse()
+
+    def GetForwardingPipelineConfig(
+        self, request: p4rt.GetForwardingPipelineConfigRequest, context: grpc.ServicerContext
+    ) -> p4rt.GetForwardingPipelineConfigResponse:
+        self._check_device(request.device_id, context)
+        config = self._config
+        if config is None:
+            _abort(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "no forwarding pipeline config "
+                "set for this device; call SetForwardingPipelineConfig",
+            )
+        reply = p4rt.GetForwardingPipelineConfigResponse()
+        kind = request.response_type
+        types = p4rt.GetForwardingPipelineConfigRequest
+        reply.config.cookie.CopyFrom(config.cookie)
+        if kind in (types.ALL, types.P4INFO_AND_COOKIE):
+            reply.config.p4info.CopyFrom(config.p4info)
+        if kind in (types.ALL, types.DEVICE_CONFIG_AND_COOKIE):
+            reply.config.p4_device_config = config.p4_device_config
+        return reply
+
+    def Write(
+        self, request: p4rt.WriteRequest, context: grpc.ServicerContext
+    ) -> p4rt.WriteResponse:
+        self._check_device(request.device_id, context)
+        self._check_pipeline(context)
+        errors: list[p4rt.Error] = []
+        with self._lock:
+            self._check_primary(request.election_id, context)
+            for update in request.updates:
+                try:
+                    self._entities.write(update)
+                    errors.append(p4rt.Error(canonical_code=code_pb2.OK))
+                except EntityError as exc:
+                    errors.append(p4rt.Error(canonical_code=exc.code, message=str(exc)))
+        failed = [e for e in errors if e.canonical_code != code_pb2.OK]
+        if failed:
+            status = status_pb2.Status(
+                code=code_pb2.UNKNOWN, message=f"{len(failed)} of {len(errors)} updates failed"
+            )
+            for error in errors:
+                detail = any_pb2.Any()
+                detail.Pack(error)
+                status.details.append(detail)
+            context.set_trailing_metadata(
+                (("grpc-status-details-bin", status.SerializeToString()),)
+            )
+            _abort(context, grpc.StatusCode.UNKNOWN, status.message)
+        return p4rt.WriteResponse()
+
+    def Read(
+        self, request: p4rt.ReadRequest, context: grpc.ServicerContext
+    ) -> Iterator[p4rt.ReadResponse]:
+        self._check_device(request.device_id, context)
+        self._check_pipeline(context)
+        reply = p4rt.ReadResponse()
+        try:
+            for query in request.entities:
+                for entity in self._entities.read(query):
+                    reply.entities.append(entity)
+                    if len(reply.entities) >= READ_BATCH:
+                        yield reply
+                        reply = p4rt.ReadResponse()
+        except EntityError as exc:
+            _abort(context, _status_code(exc.code), str(exc))
+        if reply.entities or not request.entities:
+            yield reply
+
+    def StreamChannel(
+        self, request_iterator: Iterator[p4rt.StreamMessageRequest], context: grpc.ServicerContext
+    ) -> Iterator[p4rt.StreamMessageResponse]:
+        stream = _Stream()
+        reader = threading.Thread(
+            target=self._read_stream, args=(stream, request_iterator), name="p4ctl-stream"
+        )
+        with self._lock:
+            self._streams.append(stream)
+            self._readers.append(reader)
+        context.add_callback(lambda: stream.outbox.put(None))
+        reader.start()
+        while (message := stream.outbox.get()) is not None:
+            yield message
+
+    # ------------------------------------------------------------------ arbitration
+
+    def _read_stream(self, stream: _Stream, requests: Iterator[p4rt.StreamMessageRequest]) -> None:
+        try:
+            for request in requests:
+                if request.HasField("arbitration"):
+                    self._arbitrate(stream, request.arbitration)
+                else:
+                    log.debug("ignoring stream message %s", request.WhichOneof("update"))
+        except grpc.RpcError:
+            pass  # the client went away; the stream ends the same way
+        finally:
+            with self._lock:
+                was_primary = self._primary() is stream
+                if stream in self._streams:
+                    self._streams.remove(stream)
+                if was_primary:
+                    self._announce()
+                if threading.current_thread() in self._readers:
+                    self._readers.remove(threading.current_thread())
+            stream.outbox.put(None)
+
+    def _arbitrate(self, stream: _Stream, update: p4rt.MasterArbitrationUpdate) -> None:
+        with self._lock:
+            if update.device_id != self.device_id:
+                reply = p4rt.StreamMessageResponse()
+                reply.arbitration.CopyFrom(update)
+                reply.arbitration.status.code = code_pb2.NOT_FOUND
+                reply.arbitration.status.message = f"no device {update.device_id}"
+                stream.outbox.put(reply)
+                return
+            stream.election = (update.election_id.high, update.election_id.low)
+            self._announce()
+
+    def _primary(self) -> _Stream | None:
+        elected = [s for s in self._streams if s.election is not None]
+        return max(elected, key=lambda s: s.election or (0, 0), default=None)
+
+    def _announce(self) -> None:
+        """Tell every stream who is primary (called with the lock held)."""
+        primary = self._primary()
+        for stream in self._streams:
+            if stream.election is None or primary is None or primary.election is None:
+                continue
+            reply = p4rt.StreamMessageResponse()
+            arbitration = reply.arbitration
+            arbitration.device_id = self.device_id
+            arbitration.election_id.high, arbitration.election_id.low = primary.election
+            if stream is primary:
+                arbitration.status.code = code_pb2.OK
+                arbitration.status.message = "primary"
+            else:
+                arbitration.status.code = code_pb2.ALREADY_EXISTS
+                arbitration.status.message = "backup: a controller with a higher election id exists"
+            stream.outbox.put(reply)
+
+    def _check_primary(self, election: p4rt.Uint128, context: grpc.ServicerContext) -> None:
+        primary = self._primary()
+        given = (election.high, election.low)
+        if primary is None or primary.election != given:
+            holder = (
+                "no controller has arbitrated"
+                if primary is None
+                else (f"primary holds election id {primary.election}")
+            )
+            _abort(
+                context,
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"election id {given} is not primary ({holder}); open a StreamChannel and "
+                "arbitrate with a higher election id to write",
+            )
+
+    def _check_device(self, device_id: int, context: grpc.ServicerContext) -> None:
+        if device_id != self.device_id:
+            _abort(
+                context,
+                grpc.StatusCode.NOT_FOUND,
+                f"no device {device_id}; this switch is device {self.device_id}",
+            )
+
+    def _check_pipeline(self, context: grpc.ServicerContext) -> None:
+        if self._config is None:
+            _abort(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "no forwarding pipeline config; call SetForwardingPipelineConfig first",
+            )
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    context.abort(code, message)
+    raise AssertionError("unreachable: ServicerContext.abort raises")
+
+
+def _status_code(code: int) -> grpc.StatusCode:
+    for status in grpc.StatusCode:
+        if status.value[0] == code:
+            return status
+    return grpc.StatusCode.UNKNOWN

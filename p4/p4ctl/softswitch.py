@@ -1,0 +1,192 @@
+"""The inasched software switch: a UDP data plane and a P4Runtime gRPC server in one process.
+
+Embedded (tests, ``inasched up``)::
+
+    with SoftSwitch(aggregators=64, lanes=64) as switch:
+        client = SwitchClient(switch.p4runtime_address)   # "127.0.0.1:<port>"
+        workers_send_to(switch.data_address)               # ("127.0.0.1", <port>)
+
+From the command line (`main`)::
+
+    inasched switch --p4runtime 127.0.0.1:9559 --data 127.0.0.1:9555 --aggregators 4096 \
+        --lanes 64 [--drop-rate 0.01 --seed 1]
+
+Both addresses default to ephemeral loopback ports. The switch starts with no pipeline; the
+controller sets it (`p4ctl.client.SwitchClient` does so when it connects).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from concurrent import futures
+from types import TracebackType
+
+import grpc
+from p4.v1 import p4runtime_pb2_grpc
+
+from p4ctl.dataplane import DataPlane
+from p4ctl.p4info import DEFAULT_LANES
+from p4ctl.p4rt_service import P4RuntimeService
+from p4ctl.pipeline import Address, Pipeline
+from p4ctl.protocol import SUPPORTED_LANES
+
+__all__ = ["SoftSwitch", "main", "parse_address"]
+
+log = logging.getLogger(__name__)
+
+# Each open StreamChannel holds one server thread for its lifetime; 16 leaves room for a
+# service, a dashboard reader and a few shells next to the unary calls.
+GRPC_WORKERS = 16
+
+
+def parse_address(text: str) -> Address:
+    """``"HOST:PORT"`` -> ``(host, port)``; raises ValueError with the expected form."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"address {text!r} is not HOST:PORT")
+    return host, int(port)
+
+
+class SoftSwitch:
+    """A software switch serving `aggregators` aggregators of `lanes` lanes.
+
+    `start` binds both sockets (port 0: ephemeral) and starts the data plane thread and the
+    gRPC server; `stop` ends them and closes every socket. Also a context manager.
+    """
+
+    def __init__(
+        self,
+        *,
+        aggregators: int = 4096,
+        lanes: int = DEFAULT_LANES,
+        data: Address = ("127.0.0.1", 0),
+        p4runtime: Address = ("127.0.0.1", 0),
+        drop_rate: float = 0.0,
+        seed: int = 0,
+        device_id: int = 0,
+    ) -> None:
+        if lanes not in SUPPORTED_LANES:
+            raise ValueError(f"lanes must be one of {SUPPORTED_LANES}, got {lanes}")
+        self.pipeline = Pipeline(aggregators, lanes, drop_rate=drop_rate, seed=seed)
+        self._data_bind = data
+        self._p4rt_bind = p4runtime
+        self._device_id = device_id
+        self._dataplane: DataPlane | None = None
+        self._server: grpc.Server | None = None
+        self._service: P4RuntimeService | None = None
+        self._grpc_port = 0
+
+    @property
+    def aggregators(self) -> int:
+        return self.pipeline.aggregators
+
+    @property
+    def lanes(self) -> int:
+        return self.pipeline.lanes
+
+    @property
+    def data_address(self) -> Address:
+        """``(host, port)`` of the UDP data plane (workers and PS send here)."""
+        if self._dataplane is None:
+            raise RuntimeError("the switch is not started")
+        return self._dataplane.address
+
+    @property
+    def p4runtime_address(self) -> str:
+        """``"host:port"`` of the P4Runtime server, as gRPC clients take it."""
+        if self._server is None:
+            raise RuntimeError("the switch is not started")
+        return f"{self._p4rt_bind[0]}:{self._grpc_port}"
+
+    def start(self) -> SoftSwitch:
+        """Bind and serve; returns self."""
+        if self._server is not None:
+            return self
+        dataplane = DataPlane(self.pipeline, self._data_bind)
+        service = P4RuntimeService(self.pipeline, self._device_id)
+        server = grpc.server(futures.ThreadPoolExecutor(GRPC_WORKERS, "p4ctl-grpc"))
+        p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(service, server)
+        host, port = self._p4rt_bind
+        try:
+            self._grpc_port = server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError as exc:
+            dataplane.stop()
+            raise OSError(f"cannot bind P4Runtime server to {host}:{port}: {exc}") from exc
+        dataplane.start()
+        server.start()
+        self._dataplane, self._service, self._server = dataplane, service, server
+        log.info(
+            "soft switch: P4Runtime on %s, data on %s:%d, %d aggregators x %d lanes",
+            self.p4runtime_address,
+            *self.data_address,
+            self.aggregators,
+            self.lanes,
+        )
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and release every socket and thread; safe to call twice."""
+        server, service, dataplane = self._server, self._service, self._dataplane
+        self._server = self._service = self._dataplane = None
+        if server is not None:
+            server.stop(grace=None).wait()
+        if service is not None:
+            service.close()
+        if dataplane is not None:
+            dataplane.stop()
+
+    def __enter__(self) -> SoftSwitch:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``inasched switch``: serve until Ctrl-C or SIGTERM; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="inasched switch", description=__doc__.splitlines()[0])
+    parser.add_argument("--p4runtime", default="127.0.0.1:9559", help="HOST:PORT for gRPC")
+    parser.add_argument("--data", default="127.0.0.1:9555", help="HOST:PORT for UDP data")
+    parser.add_argument("--aggregators", type=int, default=4096)
+    parser.add_argument("--lanes", type=int, default=DEFAULT_LANES, choices=SUPPORTED_LANES)
+    parser.add_argument("--drop-rate", type=float, default=0.0, help="injected loss, 0..1")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the injected loss")
+    parser.add_argument("--device-id", type=int, default=0)
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    try:
+        switch = SoftSwitch(
+            aggregators=args.aggregators,
+            lanes=args.lanes,
+            data=parse_address(args.data),
+            p4runtime=parse_address(args.p4runtime),
+            drop_rate=args.drop_rate,
+            seed=args.seed,
+            device_id=args.device_id,
+        ).start()
+    except (ValueError, OSError) as exc:
+        parser.error(str(exc))
+    stopped = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    try:
+        stopped.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        log.info("stopping")
+        switch.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,138 @@
+"""The SwitchBackend contract, held by both implementations: the in-memory one and the
+P4Runtime client against a real soft switch over gRPC, with real UDP traffic."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from p4ctl.backend import Endpoint, InMemorySwitch, JobInstall, SwitchBackend
+from p4ctl.client import SwitchClient
+from p4ctl.errors import PipelineMismatch, SwitchUnavailable, WriteFailed
+from p4ctl.protocol import AggState, Kind, Packet, Policy, decode, encode
+from p4ctl.softswitch import SoftSwitch
+
+PS = Endpoint("127.0.0.1", 40999)
+
+
+@pytest.fixture(params=["in_memory", "p4runtime"])
+def backend(request: pytest.FixtureRequest, soft_switch: SoftSwitch) -> Iterator[SwitchBackend]:
+    if request.param == "in_memory":
+        yield InMemorySwitch(aggregators=soft_switch.aggregators, lanes=soft_switch.lanes)
+        return
+    client = SwitchClient(
+        soft_switch.p4runtime_address, aggregators=soft_switch.aggregators, lanes=soft_switch.lanes
+    )
+    yield client
+    client.close()
+
+
+def test_backends_satisfy_the_protocol(backend: SwitchBackend) -> None:
+    assert isinstance(backend, SwitchBackend)
+    assert (backend.aggregators, backend.lanes) == (256, 64)
+
+
+def test_install_and_remove_are_idempotent(backend: SwitchBackend) -> None:
+    job = JobInstall(5, Policy.ESA, 2, ps=PS, priority=3)
+    backend.install_job(job)
+    backend.install_job(job)
+    backend.add_worker(5, 0, Endpoint("127.0.0.1", 41000))
+    backend.add_worker(5, 0, Endpoint("127.0.0.1", 41000))
+    backend.add_worker(5, 1, Endpoint("127.0.0.1", 41001))
+    assert backend.installed_jobs() == {5}
+    backend.remove_job(5)
+    backend.remove_job(5)
+    assert backend.installed_jobs() == set()
+
+
+def test_worker_of_a_missing_job_is_refused(backend: SwitchBackend) -> None:
+    with pytest.raises(WriteFailed, match="not installed"):
+        backend.add_worker(9, 0, Endpoint("127.0.0.1", 41000))
+    backend.install_job(JobInstall(9, Policy.ATP, 2, ps=PS))
+    with pytest.raises(WriteFailed) as refused:
+        backend.add_worker(9, 2, Endpoint("127.0.0.1", 41000))
+    assert refused.value.errors[0].code == "INVALID_ARGUMENT"
+
+
+def test_fresh_backend_has_empty_occupancy_and_counters(backend: SwitchBackend) -> None:
+    occupancy = backend.occupancy()
+    assert occupancy.aggregators == 256 and occupancy.runs() == []
+    counters = backend.counters()
+    assert counters.jobs == {} and set(counters.drops.values()) == {0}
+
+
+def test_soft_switch_serves_a_job_installed_by_the_client(soft_switch: SoftSwitch) -> None:
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(3)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+            sock.settimeout(10.0)
+        ps, workers = socks[0], socks[1:]
+        with SwitchClient(soft_switch.p4runtime_address, aggregators=256, lanes=64) as client:
+            client.install_job(JobInstall(4, Policy.ESA, 2, ps=Endpoint(*ps.getsockname())))
+            for wid, sock in enumerate(workers):
+                client.add_worker(4, wid, Endpoint(*sock.getsockname()))
+            # Held partial: one contribution in aggregator 7.
+            lanes = np.arange(64, dtype=np.int32)
+            first = Packet(
+                kind=Kind.GRADIENT,
+                job=4,
+                worker=0,
+                fan_in=2,
+                agg_index=7,
+                seq=1,
+                bitmap=1,
+                lanes=lanes,
+            )
+            workers[0].sendto(encode(first), soft_switch.data_address)
+            # Completion: both workers get the RESULT, the PS gets the sum.
+            second = first.replace(worker=1, bitmap=2)
+            workers[1].sendto(encode(second), soft_switch.data_address)
+            for sock in workers:
+                result = decode(sock.recv(2048), 64)
+                assert result.kind == Kind.RESULT and result.bitmap == 3
+                assert np.array_equal(result.lanes, 2 * lanes)
+            assert decode(ps.recv(2048), 64).kind == Kind.TO_PS
+            occupancy = client.occupancy()
+            assert occupancy.runs() == [(7, 1, 4, AggState.COMPLETE)]
+            assert client.counters().jobs[4]["job_aggregated"] == 2
+            assert client.reclaim(4) == 1
+            assert client.occupancy().held_by(4) == 0
+            client.remove_job(4)
+            assert soft_switch.pipeline.endpoints == {} and soft_switch.pipeline.sources == {}
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_client_resumes_what_a_previous_client_installed(soft_switch: SoftSwitch) -> None:
+    address = soft_switch.p4runtime_address
+    with SwitchClient(address, aggregators=256, lanes=64) as first:
+        first.install_job(JobInstall(2, Policy.ATP, 1, ps=PS))
+        first.add_worker(2, 0, Endpoint("127.0.0.1", 41002))
+    with SwitchClient(address) as second:  # sizing read back from the switch
+        assert (second.aggregators, second.lanes) == (256, 64)
+        assert second.installed_jobs() == {2}
+        second.remove_job(2)
+        assert soft_switch.pipeline.endpoints == {}
+
+
+def test_client_refuses_a_switch_of_another_sizing(soft_switch: SoftSwitch) -> None:
+    SwitchClient(soft_switch.p4runtime_address, aggregators=256, lanes=64).close()
+    with pytest.raises(PipelineMismatch, match="registers"):
+        SwitchClient(soft_switch.p4runtime_address, aggregators=128, lanes=64)
+
+
+def test_switch_refuses_a_p4info_for_another_sizing(soft_switch: SoftSwitch) -> None:
+    with pytest.raises(PipelineMismatch, match=r"first difference at p4info\.registers"):
+        SwitchClient(soft_switch.p4runtime_address, aggregators=512, lanes=64)
+
+
+def test_unreachable_switch_raises_switch_unavailable() -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{unused.getsockname()[1]}"
+    with pytest.raises(SwitchUnavailable, match=address):
+        SwitchClient(address)

@@ -1,0 +1,157 @@
+"""The soft switch as a P4Runtime target: p4runtime-shell's client, election, injected loss."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import grpc
+import numpy as np
+import pytest
+from p4.v1 import p4runtime_pb2 as p4rt
+from p4ctl.client_codec import P4Names, addr_int
+from p4ctl.p4info import Sizing, build_p4info
+from p4ctl.protocol import DropReason, Kind, Packet, encode
+from p4ctl.softswitch import SoftSwitch, main, parse_address
+from p4runtime_sh.p4runtime import P4RuntimeClient
+
+INFO = build_p4info(Sizing(256, 64))
+NAMES = P4Names(INFO)
+
+
+def _set_pipeline(shell: P4RuntimeClient, info: object = INFO) -> None:
+    request = p4rt.SetForwardingPipelineConfigRequest(
+        device_id=0, action=p4rt.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT
+    )
+    request.election_id.high, request.election_id.low = shell.election_id
+    request.config.p4info.CopyFrom(info)
+    shell.stub.SetForwardingPipelineConfig(request)
+
+
+def _write(shell: P4RuntimeClient, entity: p4rt.Entity, op: int = p4rt.Update.INSERT) -> None:
+    request = p4rt.WriteRequest()
+    request.updates.add(type=op, entity=entity)
+    shell.write(request)
+
+
+def _read(shell: P4RuntimeClient, entity: p4rt.Entity) -> list[p4rt.Entity]:
+    return [e for reply in shell.read_one(entity) for e in reply.entities]
+
+
+def test_shell_client_sets_pipeline_and_round_trips_entities(soft_switch: SoftSwitch) -> None:
+    shell = P4RuntimeClient(0, soft_switch.p4runtime_address, (0, 1))
+    try:
+        assert shell.api_version() == "1.4.1"
+        _set_pipeline(shell)
+        assert shell.get_p4info() == INFO
+        # A register cell.
+        _write(shell, NAMES.register_entry("job_priority", 7, 9), p4rt.Update.MODIFY)
+        query = p4rt.Entity()
+        query.register_entry.register_id = NAMES.register_id["job_priority"]
+        query.register_entry.index.index = 7
+        (cell,) = _read(shell, query)
+        assert cell.register_entry.data.bitstring == b"\x09"
+        assert soft_switch.pipeline.registers.job_priority[7] == 9
+        # A table entry, read back exactly.
+        entry = NAMES.table_entry(
+            "port_table",
+            {"egress_port": 3},
+            "set_endpoint",
+            {"addr": addr_int("127.0.0.1"), "udp_port": 4000},
+        )
+        _write(shell, entry)
+        query = p4rt.Entity()
+        query.table_entry.table_id = NAMES.table_id["port_table"]
+        assert _read(shell, query) == [entry]
+        assert soft_switch.pipeline.endpoints == {3: ("127.0.0.1", 4000)}
+        # A multicast group.
+        group = p4rt.Entity()
+        mcast = group.packet_replication_engine_entry.multicast_group_entry
+        mcast.multicast_group_id = 5
+        mcast.replicas.add(egress_port=3)
+        mcast.replicas.add(egress_port=4)
+        _write(shell, group)
+        query = p4rt.Entity()
+        query.packet_replication_engine_entry.multicast_group_entry.multicast_group_id = 5
+        assert _read(shell, query) == [group]
+        assert soft_switch.pipeline.groups == {5: (3, 4)}
+    finally:
+        shell.tear_down()
+
+
+def test_wildcard_register_read_returns_the_whole_array(soft_switch: SoftSwitch) -> None:
+    shell = P4RuntimeClient(0, soft_switch.p4runtime_address, (0, 1))
+    try:
+        _set_pipeline(shell)
+        soft_switch.pipeline.registers.agg_lanes[5, 3] = -2
+        query = p4rt.Entity()
+        query.register_entry.register_id = NAMES.register_id["agg_lane_3"]
+        cells = _read(shell, query)
+        assert [c.register_entry.index.index for c in cells] == list(range(256))
+        assert cells[5].register_entry.data.bitstring == (2**32 - 2).to_bytes(4, "big")
+    finally:
+        shell.tear_down()
+
+
+def test_lower_election_id_cannot_write(soft_switch: SoftSwitch) -> None:
+    primary = P4RuntimeClient(0, soft_switch.p4runtime_address, (0, 5))
+    backup = P4RuntimeClient(0, soft_switch.p4runtime_address, (0, 2))
+    try:
+        _set_pipeline(primary)
+        with pytest.raises(grpc.RpcError) as denied:
+            _write(backup, NAMES.register_entry("job_priority", 1, 1), p4rt.Update.MODIFY)
+        assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        with pytest.raises(grpc.RpcError) as denied:
+            _set_pipeline(backup)
+        assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        _write(primary, NAMES.register_entry("job_priority", 1, 1), p4rt.Update.MODIFY)
+    finally:
+        backup.tear_down()
+        primary.tear_down()
+
+
+def test_backup_becomes_primary_when_the_primary_leaves(soft_switch: SoftSwitch) -> None:
+    primary = P4RuntimeClient(0, soft_switch.p4runtime_address, (0, 5))
+    backup = P4RuntimeClient(0, soft_switch.p4runtime_address, (0, 2))
+    try:
+        _set_pipeline(primary)
+        primary.tear_down()
+        update = backup.get_stream_packet("arbitration", timeout=10)
+        assert update is not None and update.arbitration.status.code == 0
+        _write(backup, NAMES.register_entry("job_priority", 1, 1), p4rt.Update.MODIFY)
+    finally:
+        backup.tear_down()
+
+
+def test_pipeline_of_another_sizing_is_refused_with_the_difference(
+    soft_switch: SoftSwitch,
+) -> None:
+    shell = P4RuntimeClient(0, soft_switch.p4runtime_address, (0, 1))
+    try:
+        with pytest.raises(grpc.RpcError) as refused:
+            _set_pipeline(shell, build_p4info(Sizing(256, 128)))
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "first difference at p4info.registers" in refused.value.details()
+    finally:
+        shell.tear_down()
+
+
+def test_injected_loss_is_seeded_and_counted(make_soft_switch: object) -> None:
+    switch = make_soft_switch(aggregators=16, lanes=64, drop_rate=0.5, seed=3)  # type: ignore[operator]
+    pkt = encode(Packet(kind=Kind.GRADIENT, job=1, lanes=np.zeros(64, dtype=np.int32)))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+        for _ in range(200):
+            sender.sendto(pkt, switch.data_address)
+        # Every datagram is either lost or an unknown job: wait until all 200 are counted.
+        drops = switch.pipeline.drop_packets
+        done = threading.Event()
+        while not done.wait(0.01):
+            if drops[DropReason.INJECTED_LOSS] + drops[DropReason.UNKNOWN_JOB] == 200:
+                done.set()
+    assert 60 < drops[DropReason.INJECTED_LOSS] < 140
+
+
+def test_cli_rejects_a_bad_address() -> None:
+    with pytest.raises(SystemExit):
+        main(["--data", "nowhere"])
+    assert parse_address("127.0.0.1:9555") == ("127.0.0.1", 9555)
