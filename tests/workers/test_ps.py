@@ -1,0 +1,130 @@
+"""The parameter server over a real UDP socket: it completes sums, answers resends, and drops
+and counts what is malformed or foreign."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from p4ctl.protocol import PS_WORKER_ID, Flag, Kind, Packet, Policy, decode, encode
+
+from workers.ps import ParameterServer
+
+LANES = 64
+GUARD_S = 30.0
+
+
+@pytest.fixture
+def ps() -> Iterator[ParameterServer]:
+    with ParameterServer(idle_timeout_s=0.3) as server:
+        yield server
+
+
+@pytest.fixture
+def switch_sock() -> Iterator[socket.socket]:
+    """Stands in for the switch's data socket (the PS answers to whoever it registered)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        s.settimeout(GUARD_S)
+        yield s
+
+
+def to_ps(job: int, seq: int, bitmap: int, lanes: np.ndarray, **kw: object) -> bytes:
+    return encode(
+        Packet(
+            kind=Kind.TO_PS,
+            job=job,
+            fan_in=2,
+            seq=seq,
+            agg_index=5,
+            bitmap=bitmap,
+            lanes=lanes,
+            **kw,
+        )
+    )  # type: ignore[arg-type]
+
+
+def wait_for(ps: ParameterServer, count: int) -> None:
+    deadline = time.monotonic() + GUARD_S
+    while ps.counters().received < count:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_bypassed_contributions_complete_and_resends_are_answered(
+    ps: ParameterServer, switch_sock: socket.socket
+) -> None:
+    ps.register_job(9, 2, switch=switch_sock.getsockname(), policy=Policy.ATP)
+    one = np.arange(LANES, dtype=np.int32)
+    switch_sock.sendto(to_ps(9, 0, 0b01, one, flags=Flag.BYPASSED), ps.address)
+    switch_sock.sendto(to_ps(9, 0, 0b01, one, flags=Flag.BYPASSED | Flag.RESEND), ps.address)
+    switch_sock.sendto(to_ps(9, 0, 0b10, 2 * one, flags=Flag.BYPASSED), ps.address)
+    result = decode(switch_sock.recv(2048))
+    assert (result.kind, result.worker, result.seq, result.agg_index) == (
+        Kind.PS_RESULT,
+        PS_WORKER_ID,
+        0,
+        5,
+    )
+    np.testing.assert_array_equal(result.lanes, 3 * one)  # worker 0 counted once
+    switch_sock.sendto(to_ps(9, 0, 0b10, 2 * one, flags=Flag.RESEND), ps.address)
+    again = decode(switch_sock.recv(2048))
+    np.testing.assert_array_equal(again.lanes, 3 * one)
+    wait_for(ps, 4)
+    assert ps.counters().outcomes == {"added": 1, "duplicate": 1, "completed": 1, "answered": 1}
+
+
+def test_malformed_and_foreign_packets_are_dropped_and_counted(
+    ps: ParameterServer, switch_sock: socket.socket
+) -> None:
+    ps.register_job(9, 2, switch=switch_sock.getsockname())
+    lanes = np.zeros(LANES, np.int32)
+    good = to_ps(9, 0, 0b01, lanes)
+    sent = {
+        "bad_length": [b"\x01\x02", good[:-3]],
+        "bad_version": [b"\x07" + good[1:]],
+        "bad_kind": [good[:1] + b"\x09" + good[2:]],
+        "not_to_ps": [encode(Packet(kind=Kind.GRADIENT, job=9, fan_in=2, bitmap=1, lanes=lanes))],
+        "bad_fan_in": [encode(Packet(kind=Kind.TO_PS, job=9, fan_in=3, bitmap=1, lanes=lanes))],
+        "bad_bitmap": [to_ps(9, 0, 0b100, lanes), to_ps(9, 0, 0, lanes)],
+    }
+    for datagrams in sent.values():
+        for data in datagrams:
+            switch_sock.sendto(data, ps.address)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as stranger:
+        stranger.sendto(good, ps.address)  # a TO_PS for job 9, but not from job 9's switch
+    wait_for(ps, 9)
+    counters = ps.counters()
+    expected = {reason: len(datagrams) for reason, datagrams in sent.items()}
+    assert counters.drops == {**expected, "foreign_source": 1}
+    assert counters.outcomes == {}
+    assert 9 not in counters.jobs  # nothing was accepted, so nothing is kept
+
+
+def test_registered_only_ps_drops_unknown_jobs(switch_sock: socket.socket) -> None:
+    with ParameterServer(learn_jobs=False) as ps:
+        switch_sock.sendto(to_ps(4, 0, 1, np.zeros(LANES, np.int32)), ps.address)
+        wait_for(ps, 1)
+        assert ps.counters().drops == {"unknown_job": 1}
+
+
+def test_learned_job_state_is_freed_when_idle(
+    ps: ParameterServer, switch_sock: socket.socket
+) -> None:
+    switch_sock.sendto(to_ps(3, 0, 1, np.zeros(LANES, np.int32)), ps.address)
+    wait_for(ps, 1)
+    deadline = time.monotonic() + GUARD_S
+    while 3 in ps.counters().jobs:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def test_remove_job_forgets_it(ps: ParameterServer, switch_sock: socket.socket) -> None:
+    ps.register_job(2, 2, switch=switch_sock.getsockname())
+    switch_sock.sendto(to_ps(2, 0, 1, np.zeros(LANES, np.int32)), ps.address)
+    wait_for(ps, 1)
+    ps.remove_job(2)
+    assert 2 not in ps.counters().jobs

@@ -1,0 +1,303 @@
+"""The parameter server: finishes, over UDP, the sums the switch could not.
+
+One process (one socket, one thread) serves many jobs. The switch sends it TO_PS packets:
+bypassed fragments (collision, raw floats, resends), evicted partial sums (esa), flushed
+partial sums (a worker resent), and complete sums (atp, and esa's copy). `JobLedger` counts
+each worker once per sequence; a completed sum goes back as PS_RESULT (worker 255) *to the
+switch's data address*, so the switch multicasts it to the job's workers and, in atp, frees the
+aggregator. Completed results are kept to answer resends until every worker has moved past
+them (``workers.accumulator``); a job's whole state is freed by `remove_job` or after
+`idle_timeout_s` without packets.
+
+Learning jobs. A job's fan-in and k come from its packets' headers and its switch address from
+the source of its first packet; `register_job` (called by the service, which embeds a
+`ParameterServer`; or ``inasched ps --job ID:FAN_IN[:POLICY[:WINDOW]]``) pins them beforehand,
+and gives the two things a packet cannot tell: the workers' window (for forgetting results,
+default `DEFAULT_WINDOW`, conservatively large) and whether the policy is esa (whose switch
+already multicast a sum it completed, so the PS only stores it). With ``learn_jobs=False``
+only registered jobs are served.
+
+Everything else is dropped and counted by reason (`PsCounters.drops`): the decode reasons of
+``p4ctl.protocol.DropReason`` (bad_length, bad_version, bad_lanes, bad_kind), ``not_to_ps``
+(a kind other than TO_PS), ``unknown_job``, ``foreign_source`` (not the job's switch),
+``bad_fan_in``, ``bad_bitmap``, ``stale`` (a sequence whose result was already forgotten) and
+``overflow`` (more open sequences than `max_results`: memory stays bounded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import select
+import signal
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from p4ctl.protocol import MAX_JOBS, MAX_WORKERS, Kind, MalformedPacket, Policy, decode, encode
+
+from workers.accumulator import JobLedger
+
+__all__ = ["DEFAULT_WINDOW", "ParameterServer", "PsCounters", "main"]
+
+log = logging.getLogger(__name__)
+
+# Unknown window: keep results until every worker is this many sequences past them. Larger
+# than any window the service hands out (W <= 1024 in-flight fragments), so never too early.
+DEFAULT_WINDOW = 1024
+_MAX_DATAGRAM = 65536
+_SWEEP_S = 0.2
+
+# A datagram to send and where to, or nothing.
+_Reply = tuple[bytes, tuple[str, int]] | None
+
+
+@dataclass(frozen=True, slots=True)
+class PsCounters:
+    """Packets seen, results sent (`completed`) and re-sent (`answered`), drops by reason."""
+
+    received: int
+    outcomes: Mapping[str, int]  # added, completed, stored, answered, duplicate
+    drops: Mapping[str, int]
+    jobs: frozenset[int]  # jobs with live state
+
+
+@dataclass(slots=True)
+class _Job:
+    fan_in: int
+    switch: tuple[str, int] | None
+    window: int
+    policy: Policy | None
+    registered: bool
+    lanes: int | None = None
+    ledger: JobLedger | None = None
+    last_active: float = field(default_factory=time.monotonic)
+
+
+class ParameterServer:
+    """An embeddable PS: `start`, `register_job`, `counters`, `stop` (see module docstring)."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        idle_timeout_s: float = 60.0,
+        max_results: int = 8192,
+        learn_jobs: bool = True,
+    ) -> None:
+        self.idle_timeout_s = idle_timeout_s
+        self.max_results = max_results
+        self.learn_jobs = learn_jobs
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 * 1024 * 1024)
+            self._sock.bind((host, port))
+        except OSError:
+            self._sock.close()
+            raise
+        self._sock.setblocking(False)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._lock = threading.Lock()
+        self._jobs: dict[int, _Job] = {}
+        self._received = 0
+        self._outcomes: Counter[str] = Counter()
+        self._drops: Counter[str] = Counter()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """``(host, port)`` the PS receives on (register it as worker 255 of each job)."""
+        host, port = self._sock.getsockname()[:2]
+        return str(host), int(port)
+
+    def start(self) -> ParameterServer:
+        """Serve in a background thread; returns self."""
+        self._thread = threading.Thread(target=self._serve, name="inasched-ps", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket; idempotent."""
+        self._stopping = True
+        if self._thread is not None:
+            self._wake_w.send(b"\0")
+            self._thread.join()
+            self._thread = None
+        for s in (self._sock, self._wake_r, self._wake_w):
+            s.close()
+
+    def __enter__(self) -> ParameterServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def register_job(
+        self,
+        job_id: int,
+        fan_in: int,
+        *,
+        switch: tuple[str, int] | None = None,
+        window: int | None = None,
+        policy: Policy | str | None = None,
+    ) -> None:
+        """Serve job `job_id` (switch job id) with `fan_in` workers; idempotent.
+
+        `switch` is the switch's data address (only its packets are accepted; None: learn it
+        from the first packet); `window` the workers' W; `policy` the job's policy.
+        """
+        if not 0 <= job_id < MAX_JOBS or not 1 <= fan_in <= MAX_WORKERS:
+            raise ValueError(f"job {job_id} with fan_in {fan_in} is out of range")
+        pol = Policy.parse(policy) if isinstance(policy, str) else policy
+        addr = (socket.gethostbyname(switch[0]), switch[1]) if switch else None
+        with self._lock:
+            self._jobs[job_id] = _Job(fan_in, addr, window or DEFAULT_WINDOW, pol, True)
+
+    def remove_job(self, job_id: int) -> None:
+        """Forget job `job_id` and everything kept for it; idempotent."""
+        with self._lock:
+            self._jobs.pop(job_id, None)
+
+    def counters(self) -> PsCounters:
+        """A snapshot of the counters."""
+        with self._lock:
+            live = frozenset(j for j, s in self._jobs.items() if s.ledger is not None)
+            return PsCounters(self._received, dict(self._outcomes), dict(self._drops), live)
+
+    # ------------------------------------------------------------------ serving
+
+    def _serve(self) -> None:
+        next_sweep = time.monotonic() + _SWEEP_S
+        while not self._stopping:
+            readable, _, _ = select.select([self._sock, self._wake_r], [], [], _SWEEP_S)
+            if self._sock in readable:
+                for _ in range(1024):  # bounded, so the idle sweep still runs under a flood
+                    try:
+                        data, addr = self._sock.recvfrom(_MAX_DATAGRAM)
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    except OSError as exc:
+                        log.debug("receive failed: %s", exc)
+                        break
+                    with self._lock:
+                        reply = self._handle(data, addr)
+                    if reply is not None:
+                        self._send(*reply)
+            now = time.monotonic()
+            if now >= next_sweep:
+                self._sweep(now)
+                next_sweep = now + _SWEEP_S
+
+    def _send(self, data: bytes, addr: tuple[str, int]) -> None:
+        try:
+            self._sock.sendto(data, addr)
+        except OSError as exc:  # the worker's resend will ask again
+            log.debug("send to %s failed: %s", addr, exc)
+
+    def _drop(self, reason: str) -> _Reply:
+        """Count a dropped datagram; returns no reply, so `_handle` can ``return self._drop()``."""
+        self._drops[reason] += 1
+        return None
+
+    def _handle(self, data: bytes, addr: tuple[str, int]) -> _Reply:
+        """Account one datagram; returns the reply to send, if any (caller holds the lock)."""
+        self._received += 1
+        try:
+            pkt = decode(data)
+        except MalformedPacket as exc:
+            return self._drop(exc.reason.name.lower())
+        if pkt.kind != Kind.TO_PS:
+            return self._drop("not_to_ps")
+        job = self._jobs.get(pkt.job)
+        if job is None:
+            if not self.learn_jobs:
+                return self._drop("unknown_job")
+            if not 1 <= pkt.fan_in <= MAX_WORKERS:
+                return self._drop("bad_fan_in")
+            job = self._jobs[pkt.job] = _Job(pkt.fan_in, addr, DEFAULT_WINDOW, None, False)
+            log.info("learned job %d (fan_in %d) from switch %s", pkt.job, pkt.fan_in, addr)
+        if job.switch is None:
+            job.switch = addr
+        if addr != job.switch:
+            return self._drop("foreign_source")
+        if pkt.fan_in != job.fan_in:
+            return self._drop("bad_fan_in")
+        if pkt.bitmap == 0 or pkt.bitmap >> job.fan_in:
+            return self._drop("bad_bitmap")
+        if job.lanes is None:
+            job.lanes = len(pkt.lanes)
+        if len(pkt.lanes) != job.lanes:
+            return self._drop("bad_lanes")
+        if job.ledger is None:
+            job.ledger = JobLedger(pkt.job, job.fan_in, job.window, job.policy, self.max_results)
+        job.last_active = time.monotonic()
+        accepted = job.ledger.accept(pkt)
+        if accepted.outcome in ("stale", "overflow"):
+            return self._drop(accepted.outcome)
+        self._outcomes[accepted.outcome] += 1
+        return (encode(accepted.reply), job.switch) if accepted.reply is not None else None
+
+    def _sweep(self, now: float) -> None:
+        with self._lock:
+            for job_id, job in list(self._jobs.items()):
+                if job.ledger is None or now - job.last_active <= self.idle_timeout_s:
+                    continue
+                log.info("job %d idle for %.0f s: state freed", job_id, now - job.last_active)
+                if job.registered:
+                    job.ledger = None
+                else:
+                    del self._jobs[job_id]
+
+
+def _registration(text: str) -> tuple[int, int, Policy | None, int | None]:
+    parts = text.split(":")
+    if not 2 <= len(parts) <= 4:
+        raise argparse.ArgumentTypeError(f"--job {text!r}: expected ID:FAN_IN[:POLICY[:WINDOW]]")
+    policy = Policy.parse(parts[2]) if len(parts) > 2 and parts[2] else None
+    window = int(parts[3]) if len(parts) > 3 else None
+    return int(parts[0]), int(parts[1]), policy, window
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``inasched ps``: serve until SIGINT or SIGTERM; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="inasched ps", description=__doc__.split("\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9556)
+    parser.add_argument("--idle-timeout", type=float, default=60.0, metavar="S")
+    parser.add_argument("--max-results", type=int, default=8192, help="kept per job, at most")
+    parser.add_argument("--job", type=_registration, action="append", default=[])
+    parser.add_argument("--switch", help="HOST:PORT, the switch's data address for --job jobs")
+    parser.add_argument("--registered-only", action="store_true", help="drop unknown jobs")
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
+    switch = None
+    if args.switch:
+        host, _, port = args.switch.rpartition(":")
+        switch = (host, int(port))
+    try:
+        ps = ParameterServer(
+            args.host,
+            args.port,
+            idle_timeout_s=args.idle_timeout,
+            max_results=args.max_results,
+            learn_jobs=not args.registered_only,
+        )
+    except OSError as exc:
+        log.error("cannot bind %s:%d: %s", args.host, args.port, exc)
+        return 1
+    for job_id, fan_in, policy, window in args.job:
+        ps.register_job(job_id, fan_in, switch=switch, window=window, policy=policy)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with ps:
+        log.info("parameter server on %s:%d", *ps.address)
+        while not stop.wait(10.0):
+            log.info("counters: %s", ps.counters())
+    return 0

@@ -1,0 +1,199 @@
+"""How a worker learns its job: the service's join endpoint, or the same JSON from a file.
+
+``POST {service}/jobs/{id}/workers`` with ``Authorization: Bearer <join token>`` and the
+worker's bound UDP socket as ``{"data_host", "data_port"}`` answers 201 with a `WorkerJoin`
+(``docs/CONTRACTS.md``). ``inasched worker --config FILE`` reads the same JSON; because no
+service registers the worker with the switch then, the file may also carry ``data_host`` and
+``data_port``, the address the worker must bind (the one the switch was told about).
+
+    >>> join = parse_join({"job_id": 3, "switch_job_id": 3, "worker_id": 0, "fan_in": 2,
+    ...     "policy": "atp", "switch": {"host": "127.0.0.1", "port": 9555},
+    ...     "ps": {"host": "127.0.0.1", "port": 9556}, "lanes": 64, "window": 32,
+    ...     "placement": {"kind": "hashed", "seed": 7, "pool": 4096}})
+    >>> join.placement.locate(job=3, seq=0)[1], join.window_limit()
+    (0, 32)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from p4ctl.protocol import MAX_WORKERS, SUPPORTED_LANES, Policy
+from p4ctl.rule import JobConfig, hashed_index, static_index
+
+from workers.errors import JobCancelled, RendezvousError
+
+__all__ = [
+    "HashedPlacement",
+    "Placement",
+    "StaticPlacement",
+    "WorkerJoin",
+    "join",
+    "load_config",
+    "parse_join",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class StaticPlacement:
+    """A static job's private partition: `part_size` slots of two copies from `part_base`."""
+
+    part_base: int
+    part_size: int
+
+    def locate(self, job: int, seq: int) -> tuple[int, int]:
+        """``(aggregator index, shadow bit)`` of fragment `seq`, as the switch checks it."""
+        cfg = JobConfig(job, Policy.STATIC, 1, self.part_base, self.part_size)
+        index, shadow = static_index(cfg, seq)
+        return int(index), int(shadow)
+
+
+@dataclass(frozen=True, slots=True)
+class HashedPlacement:
+    """A shared pool of `pool` aggregators; the job's fragments hash there with `seed`."""
+
+    seed: int
+    pool: int
+
+    def locate(self, job: int, seq: int) -> tuple[int, int]:
+        """``(aggregator index, 0)`` of fragment `seq`."""
+        return hashed_index(self.seed, seq, self.pool), 0
+
+
+Placement = StaticPlacement | HashedPlacement
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerJoin:
+    """What a worker needs to take part in its job's allreduces (the 201 body of a join)."""
+
+    job_id: int
+    switch_job_id: int
+    worker_id: int
+    fan_in: int
+    policy: Policy
+    switch: tuple[str, int]
+    ps: tuple[str, int]
+    lanes: int
+    window: int
+    placement: Placement
+    iterations: int = 0
+    gradient_bytes: int = 0
+    model: str = ""
+    heartbeat_interval_s: float = 1.0
+    data_host: str | None = None
+    data_port: int | None = None
+
+    def window_limit(self) -> int:
+        """Fragments in flight at most: W, and for static no more than the partition's slots.
+
+        A static worker sends `seq` only after it holds the result of ``seq - part_size``, so
+        the copy it overwrites is one every worker has already read.
+        """
+        if isinstance(self.placement, StaticPlacement):
+            return max(1, min(self.window, self.placement.part_size))
+        return max(1, self.window)
+
+
+def _endpoint(value: Any, name: str) -> tuple[str, int]:
+    if not isinstance(value, Mapping) or "host" not in value or "port" not in value:
+        raise RendezvousError(f"join field {name!r} must be {{'host': ..., 'port': ...}}")
+    return str(value["host"]), int(value["port"])
+
+
+def _placement(value: Any) -> Placement:
+    kind = value.get("kind") if isinstance(value, Mapping) else None
+    if kind == "static":
+        return StaticPlacement(int(value["part_base"]), int(value["part_size"]))
+    if kind == "hashed":
+        return HashedPlacement(int(value["seed"]), int(value["pool"]))
+    raise RendezvousError(f"join field 'placement' has unknown kind {kind!r}")
+
+
+def parse_join(body: Mapping[str, Any]) -> WorkerJoin:
+    """A `WorkerJoin` from the JSON object of ``docs/CONTRACTS.md``; raises `RendezvousError`."""
+    try:
+        join = WorkerJoin(
+            job_id=int(body["job_id"]),
+            switch_job_id=int(body.get("switch_job_id", body["job_id"])),
+            worker_id=int(body["worker_id"]),
+            fan_in=int(body["fan_in"]),
+            policy=Policy.parse(str(body["policy"])),
+            switch=_endpoint(body["switch"], "switch"),
+            ps=_endpoint(body["ps"], "ps"),
+            lanes=int(body["lanes"]),
+            window=int(body["window"]),
+            placement=_placement(body["placement"]),
+            iterations=int(body.get("iterations", 0)),
+            gradient_bytes=int(body.get("gradient_bytes", 0)),
+            model=str(body.get("model", "")),
+            heartbeat_interval_s=float(body.get("heartbeat_interval_s", 1.0)),
+            data_host=body.get("data_host"),
+            data_port=int(body["data_port"]) if body.get("data_port") is not None else None,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RendezvousError(f"malformed join: {exc!r}") from exc
+    if not 0 <= join.worker_id < join.fan_in <= MAX_WORKERS:
+        raise RendezvousError(f"worker {join.worker_id} of fan_in {join.fan_in} is out of range")
+    if join.lanes not in SUPPORTED_LANES:
+        raise RendezvousError(f"lanes {join.lanes} not one of {SUPPORTED_LANES}")
+    if (join.policy == Policy.STATIC) != isinstance(join.placement, StaticPlacement):
+        raise RendezvousError(f"policy {join.policy.name.lower()} with the wrong placement kind")
+    return join
+
+
+def load_config(path: str | Path) -> WorkerJoin:
+    """The `WorkerJoin` stored as JSON in `path` (``inasched worker --config``)."""
+    try:
+        body = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RendezvousError(f"cannot read worker config {path}: {exc}") from exc
+    return parse_join(body)
+
+
+def join(
+    service: str,
+    job_id: int,
+    token: str,
+    data: tuple[str, int],
+    *,
+    client: httpx.Client | None = None,
+    timeout_s: float = 10.0,
+) -> WorkerJoin:
+    """Join job `job_id` through the service at `service` with the worker's bound socket `data`.
+
+    Raises `JobCancelled` when the job has ended (409) and `RendezvousError` for anything else
+    the worker cannot recover from (unreachable service, bad token, malformed answer).
+    """
+    own = client is None
+    http = client if client is not None else httpx.Client(base_url=service, timeout=timeout_s)
+    try:
+        response = http.post(
+            f"/jobs/{job_id}/workers",
+            headers={"Authorization": f"Bearer {token}"},
+            json={"data_host": data[0], "data_port": data[1]},
+        )
+    except httpx.HTTPError as exc:
+        raise RendezvousError(f"cannot reach the service at {service}: {exc}") from exc
+    finally:
+        if own:
+            http.close()
+    if response.status_code == 409:
+        raise JobCancelled(job_id, _detail(response))
+    if response.status_code != 201:
+        raise RendezvousError(
+            f"join of job {job_id} refused ({response.status_code}): {_detail(response)}"
+        )
+    return parse_join(response.json())
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("detail", response.text))
+    except (ValueError, AttributeError):
+        return response.text

@@ -1,0 +1,206 @@
+"""``inasched worker``: one data-parallel worker running a synthetic training loop.
+
+    inasched worker --job 3 --token T --service http://127.0.0.1:8000 [--model ResNet-50]
+                    [--iterations 100] [--scale 0.01] [--compute-scale 1.0]
+    inasched worker --config worker0.json [...]
+
+Each iteration sleeps for the model's compute time (``scheduler`` model table: V100 forward +
+backward, times `--compute-scale`) and then allreduces a gradient of the model's size (times
+`--scale`; the emulation benchmark shrinks gradients) through the switch. With a service, the
+worker joins through REST (``workers.rendezvous``), heartbeats every
+``heartbeat_interval_s`` and reports progress (iterations done, bytes aggregated in the switch
+and at the PS). With ``--config`` it reads the same join JSON from a file and talks to no
+service.
+
+Exit status, each with one line on stderr: 0 done; 3 the job was cancelled or failed; 4 no
+result within `--timeout` (a peer stopped, or the switch is unreachable); 5 the worker could
+not join (service, token, config); 1 anything else; 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import threading
+import time
+
+import httpx
+import numpy as np
+
+from workers.client import AllreduceClient, ClientOptions, open_socket
+from workers.errors import AllreduceTimeout, ClientClosed, JobCancelled, RendezvousError
+from workers.rendezvous import WorkerJoin, join, load_config
+
+__all__ = ["Reporter", "main", "model_cost"]
+
+log = logging.getLogger(__name__)
+
+EXIT_CANCELLED = 3
+EXIT_TIMEOUT = 4
+EXIT_JOIN = 5
+
+
+def model_cost(model: str) -> tuple[int, float] | None:
+    """``(gradient bytes, V100 iteration seconds)`` of `model` from the scheduler's table.
+
+    Names match ignoring case and punctuation ("resnet50" is "ResNet-50"); None if unknown.
+    """
+    from scheduler.workload import model_table  # the scheduler owns the shipped data
+
+    def plain(name: str) -> str:
+        return "".join(c for c in name.lower() if c.isalnum())
+
+    table = {plain(name): cost for name, cost in model_table().items()}
+    return table.get(plain(model))
+
+
+class Reporter:
+    """Heartbeats (in a thread) and progress reports of one worker to the service.
+
+    A 409 answer means the job has ended: `cancelled` is set, with the service's detail, and
+    `on_cancel` runs (the worker closes its client, so a blocked allreduce returns at once).
+    """
+
+    def __init__(self, service: str, join: WorkerJoin, token: str, on_cancel: object) -> None:
+        self._http = httpx.Client(
+            base_url=service, timeout=10.0, headers={"Authorization": f"Bearer {token}"}
+        )
+        self._base = f"/jobs/{join.job_id}/workers/{join.worker_id}"
+        self._interval = join.heartbeat_interval_s
+        self._on_cancel = on_cancel
+        self.cancelled: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="inasched-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _post(self, path: str, body: dict[str, int] | None = None) -> None:
+        try:
+            response = self._http.post(self._base + path, json=body or {})
+        except httpx.HTTPError as exc:  # a service restart must not stop training
+            log.warning("%s failed: %s", path, exc)
+            return
+        if response.status_code == 409 and self.cancelled is None:
+            try:
+                self.cancelled = str(response.json().get("state", "ended"))
+            except ValueError:
+                self.cancelled = "ended"
+            if callable(self._on_cancel):
+                self._on_cancel()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._post("/heartbeat")
+
+    def progress(self, iterations_done: int, client: AllreduceClient) -> None:
+        stats = client.stats()
+        body = {
+            "iterations_done": iterations_done,
+            "bytes_switch": stats.bytes_switch,
+            "bytes_ps": stats.bytes_ps,
+        }
+        self._post("/progress", body)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._http.close()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="inasched worker", description=__doc__.split("\n")[0])
+    parser.add_argument("--job", type=int, help="the service's job id")
+    parser.add_argument("--token", help="the job's join token")
+    parser.add_argument("--service", help="base URL of the inasched service")
+    parser.add_argument("--config", help="join JSON file, instead of --job/--token/--service")
+    parser.add_argument("--model", help="model name in the model table (default: the job's)")
+    parser.add_argument("--iterations", type=int, help="default: the job's")
+    parser.add_argument("--scale", type=float, default=1.0, help="gradient size factor")
+    parser.add_argument("--compute-scale", type=float, default=1.0, help="compute time factor")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind the data socket")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds without a result")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log-level", default="WARNING")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the worker; returns the exit status (module docstring)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not args.config and not (args.job is not None and args.token and args.service):
+        parser.error("give --config FILE, or --job, --token and --service")
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    try:
+        return _run(args)
+    except JobCancelled as exc:
+        return _fail(EXIT_CANCELLED, str(exc))
+    except RendezvousError as exc:
+        return _fail(EXIT_JOIN, str(exc))
+    except AllreduceTimeout as exc:
+        return _fail(EXIT_TIMEOUT, str(exc))
+    except OSError as exc:
+        return _fail(1, f"socket error: {exc}")
+
+
+def _fail(status: int, message: str) -> int:
+    print(f"inasched worker: {message}", file=sys.stderr)  # the CLI's one-line verdict
+    return status
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.config:
+        join_info = load_config(args.config)
+        sock = open_socket(join_info.data_host or args.host, join_info.data_port or 0)
+    else:
+        sock = open_socket(args.host, 0)
+        try:
+            join_info = join(args.service, args.job, args.token, sock.getsockname()[:2])
+        except BaseException:
+            sock.close()
+            raise
+    model = args.model or join_info.model
+    iterations = args.iterations if args.iterations is not None else join_info.iterations
+    cost = model_cost(model) if model else None
+    grad_bytes, compute_s = cost if cost else (join_info.gradient_bytes, 0.0)
+    size = max(1, int(grad_bytes * args.scale) // 4)
+    compute_s *= args.compute_scale
+    client = AllreduceClient(join_info, sock=sock, options=ClientOptions(timeout_s=args.timeout))
+    reporter = Reporter(args.service, join_info, args.token, client.close) if args.service else None
+    rng = np.random.default_rng(args.seed + join_info.worker_id)
+    # One random gradient, rescaled per iteration: generating fresh noise of a large model's
+    # size every iteration would cost more than the allreduce being emulated.
+    grad = (rng.standard_normal(size) * 1e-2).astype(np.float32)
+    log.info(
+        "job %d worker %d: %d iterations of %s (%d floats, %.3f s compute)",
+        join_info.job_id,
+        join_info.worker_id,
+        iterations,
+        model or "?",
+        size,
+        compute_s,
+    )
+    try:
+        for it in range(iterations):
+            if compute_s:
+                time.sleep(compute_s)
+            try:
+                client.allreduce(grad * np.float32(1.0 / (1 + it)), key="grad", average=True)
+            except ClientClosed:
+                if reporter is not None and reporter.cancelled:
+                    raise JobCancelled(join_info.job_id, reporter.cancelled) from None
+                raise
+            if reporter is not None:
+                if reporter.cancelled:
+                    raise JobCancelled(join_info.job_id, reporter.cancelled)
+                reporter.progress(it + 1, client)
+    finally:
+        if reporter is not None:
+            reporter.close()
+        client.close()
+    log.info("job %d worker %d done: %s", join_info.job_id, join_info.worker_id, client.stats())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
