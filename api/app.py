@@ -1,0 +1,131 @@
+"""`create_app(settings)`: the FastAPI application of the service.
+
+The job store is opened (and migrated) here, so a bad database fails before anything listens;
+the switch, the PS and the scheduling loop start with the app's lifespan and stop with it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from anyio import to_thread
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+from p4ctl.backend import SwitchBackend
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.errors import install_handlers
+from api.routes import bench, events, jobs, metrics, policy, switch, workers
+from api.runtime import open_service
+from api.settings import Settings
+
+__all__ = ["BodyLimit", "create_app"]
+
+log = logging.getLogger(__name__)
+# A benchmark run carries every job row of its jobs.csv; everything else is a few hundred bytes.
+LARGE_BODIES = {"/bench/runs": 32 * 1024 * 1024}
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class BodyLimit:
+    """Refuse request bodies over `limit` bytes with 413, whether declared or streamed."""
+
+    def __init__(self, app: ASGIApp, limit: int, overrides: dict[str, int]) -> None:
+        self.app = app
+        self.limit = limit
+        self.overrides = overrides
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.overrides.get(scope["path"], self.limit)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await self._refuse(send, limit)
+            return
+        seen = 0
+        started = False
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise _TooLarge
+            return message
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, tracked)
+        except _TooLarge:
+            if not started:
+                await self._refuse(send, limit)
+
+    @staticmethod
+    async def _refuse(send: Send, limit: int) -> None:
+        body = f'{{"detail":"request body larger than {limit} bytes"}}'.encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _dashboard_dir() -> str | None:
+    try:
+        import dashboards
+
+        static_dir = getattr(dashboards, "static_dir", None)
+        if static_dir is None:
+            return None
+        path = static_dir()
+    except (ImportError, OSError):
+        return None
+    return str(path) if path.is_dir() else None
+
+
+def create_app(settings: Settings, *, backend: SwitchBackend | None = None) -> FastAPI:
+    """The service app for `settings`. With `backend`, that switch backend is used instead of
+    the one the settings name. Raises `api.db.DatabaseUnavailable` when the store is away."""
+    service = open_service(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # Handlers are synchronous; a few threads serve the requests in arrival order, where
+        # dozens would fight over the GIL and leave some requests waiting for seconds.
+        to_thread.current_default_thread_limiter().total_tokens = settings.threads
+        if not service.started:  # the CLI starts it first, to report a failure in one line
+            service.start(backend)
+        try:
+            yield
+        finally:
+            service.stop()
+
+    app = FastAPI(
+        title="inasched",
+        version="0.1.0",
+        summary="Schedules a switch's in-network aggregation memory among training jobs",
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    install_handlers(app)
+    for module in (jobs, workers, switch, policy, metrics, events, bench):
+        app.include_router(module.router)
+
+    @app.get("/healthz", tags=["service"], summary="liveness")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    static = _dashboard_dir()
+    if static is not None:
+        app.mount("/", StaticFiles(directory=static, html=True), name="dashboard")
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes, overrides=LARGE_BODIES)
+    return app

@@ -1,0 +1,97 @@
+"""The service's exception tree and its mapping to HTTP answers.
+
+    ServiceError
+     +-- NotFound        404: no such job (or not the caller's)
+     +-- Conflict        409: illegal transition, or a worker of an ended job; carries `state`
+     +-- Invalid         422: a value that passed the schema but not the service's rules
+     +-- SwitchFailed    503: the switch refused or cannot be reached; retry later
+
+Lower-layer errors are mapped here, at the boundary: `scheduler.errors.IllegalTransition`
+-> 409, `p4ctl.errors.SwitchError` -> 503.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from p4ctl.errors import SwitchError
+
+from scheduler.errors import IllegalTransition
+
+__all__ = ["Conflict", "Invalid", "NotFound", "ServiceError", "SwitchFailed", "install_handlers"]
+
+
+class ServiceError(Exception):
+    status = 500
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": self.detail}
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+
+class NotFound(ServiceError):
+    status = 404
+
+
+class Conflict(ServiceError):
+    status = 409
+
+    def __init__(self, detail: str, *, state: str, retry_after_s: int | None = None) -> None:
+        super().__init__(detail)
+        self.state = state
+        self.retry_after_s = retry_after_s
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": self.detail, "state": self.state}
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)} if self.retry_after_s else {}
+
+
+class Invalid(ServiceError):
+    """Same shape as FastAPI's own 422s, so clients parse one format."""
+
+    status = 422
+
+    def __init__(self, loc: tuple[str, ...], msg: str) -> None:
+        super().__init__(msg)
+        self.loc = loc
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": [{"loc": list(self.loc), "msg": self.detail, "type": "value_error"}]}
+
+
+class SwitchFailed(ServiceError):
+    status = 503
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "1"}
+
+
+def install_handlers(app: FastAPI) -> None:
+    """Register the JSON answers of every mapped error on `app`."""
+
+    async def service_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ServiceError)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
+
+    async def illegal(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, IllegalTransition)
+        return JSONResponse({"detail": str(exc), "state": exc.old}, status_code=409)
+
+    async def switch_error(_: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse(
+            {"detail": f"switch: {exc}"}, status_code=503, headers={"Retry-After": "1"}
+        )
+
+    app.add_exception_handler(ServiceError, service_error)
+    app.add_exception_handler(IllegalTransition, illegal)
+    app.add_exception_handler(SwitchError, switch_error)

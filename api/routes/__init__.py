@@ -1,0 +1,1 @@
+"""One router per resource: jobs, workers, switch, policy, metrics, events, bench runs."""

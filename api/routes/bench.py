@@ -1,0 +1,52 @@
+"""``/bench/runs``: stored JCT benchmark runs (written by ``inasched bench jct``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+
+from api.deps import ServiceDep, SessionDep, TenantDep
+from api.errors import NotFound
+from api.events import Event
+from api.schemas import BenchRunCreate, BenchRunDetail, BenchRunPublic
+from api.store import get_bench_run, list_bench_runs, store_bench_run
+
+router = APIRouter(prefix="/bench/runs", tags=["bench"])
+
+
+@router.get("", summary="stored benchmark runs, newest first")
+def index(
+    _: TenantDep,
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
+) -> list[BenchRunPublic]:
+    """``[{"id", "created_at", "workload", "backend", "summary"}]``."""
+    return [
+        BenchRunPublic.model_validate(r)
+        for r in list_bench_runs(session, limit=limit, offset=offset)
+    ]
+
+
+@router.get("/{run_id}", summary="one run with its summary and job rows")
+def show(
+    run_id: Annotated[int, Path(ge=1, le=2**31 - 1)], _: TenantDep, session: SessionDep
+) -> BenchRunDetail:
+    run = get_bench_run(session, run_id=run_id)
+    if run is None:
+        raise NotFound(f"benchmark run {run_id} does not exist")
+    return BenchRunDetail.model_validate(run)
+
+
+@router.post("", status_code=201, summary="store a finished run")
+def create(
+    body: BenchRunCreate, _: TenantDep, session: SessionDep, service: ServiceDep
+) -> BenchRunPublic:
+    """The stored run (without its job rows); also sent as an ``event: bench``."""
+    run = store_bench_run(
+        session, workload=body.workload, backend=body.backend, summary=body.summary, jobs=body.jobs
+    )
+    public = BenchRunPublic.model_validate(run)
+    service.events.publish(Event("bench", public.model_dump(mode="json")))
+    return public

@@ -1,0 +1,61 @@
+"""``/jobs/{id}/workers``: the rendezvous of ``inasched worker`` (join token auth)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter
+
+from api.deps import JobIdPath, JoinedJobDep, ServiceDep, WorkerIdPath
+from api.errors import Conflict
+from api.rendezvous import heartbeat, join, report_progress
+from api.schemas import WorkerJoin, WorkerJoinRequest, WorkerProgress, WorkerState
+
+# A worker started right after its job's submission may find it still queued; holding the join
+# a few seconds spares it a retry loop (its HTTP client waits 10 s).
+JOIN_WAIT_S = 5.0
+
+router = APIRouter(prefix="/jobs/{job_id}/workers", tags=["workers"])
+
+CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {"description": "the job was cancelled or failed (body has its state)"}
+}
+
+
+@router.post("", status_code=201, responses=CONFLICT, summary="join a job")
+def join_job(
+    job_id: JobIdPath, body: WorkerJoinRequest, job: JoinedJobDep, service: ServiceDep
+) -> WorkerJoin:
+    """The worker's id, the switch and PS addresses and the job's aggregator placement.
+    A job still waiting for switch memory answers after a short wait, or 409 ``queued``."""
+    deadline = time.monotonic() + JOIN_WAIT_S
+    while True:
+        try:
+            return join(service.coordinator, job_id=job.id, request=body)
+        except Conflict as exc:
+            if exc.state != "queued" or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
+
+
+@router.post("/{worker_id}/heartbeat", responses=CONFLICT, summary="worker is alive")
+def beat(
+    job_id: JobIdPath, worker_id: WorkerIdPath, job: JoinedJobDep, service: ServiceDep
+) -> WorkerState:
+    """``{"state": ...}``; 409 once the job is cancelled or failed: the worker should stop."""
+    return WorkerState(state=heartbeat(service.coordinator, job_id=job.id, worker_id=worker_id))
+
+
+@router.post("/{worker_id}/progress", responses=CONFLICT, summary="report progress")
+def progress(
+    job_id: JobIdPath,
+    worker_id: WorkerIdPath,
+    body: WorkerProgress,
+    job: JoinedJobDep,
+    service: ServiceDep,
+) -> WorkerState:
+    """``{"state": ...}`` after recording cumulative progress; ``finished`` once every worker
+    has done every iteration."""
+    state = report_progress(service.coordinator, job_id=job.id, worker_id=worker_id, progress=body)
+    return WorkerState(state=state)

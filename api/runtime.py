@@ -1,0 +1,206 @@
+"""`Service`: the running parts behind one app (job store, switch backend, PS, scheduler loop).
+
+`open_service` opens the job store (migrated); `Service.start` connects the switch as the
+settings say (embedded soft switch, the in-memory backend, or a P4Runtime target by address),
+starts or locates the PS, re-syncs the switch and starts the scheduling loop; `Service.stop`
+undoes all of it in reverse order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from p4ctl.backend import (
+    Endpoint,
+    InMemorySwitch,
+    JobInstall,
+    Occupancy,
+    SwitchBackend,
+    SwitchCounters,
+    counters_from,
+)
+from p4ctl.pipeline import Pipeline
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.db import open_database
+from api.events import EventBus
+from api.scheduling import Coordinator
+from api.settings import Settings, parse_hostport
+from api.topology import PolicyConfig, PsRegistry, Topology
+
+__all__ = ["Service", "connect_switch", "open_service"]
+
+log = logging.getLogger(__name__)
+# RFC 863 discard: where the in-memory backend "sends" (nothing is ever sent there).
+DISCARD = Endpoint("127.0.0.1", 9)
+
+
+@dataclass
+class Service:
+    settings: Settings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    events: EventBus = field(default_factory=EventBus)
+    backend: SwitchBackend | None = None
+    coordinator_: Coordinator | None = None
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def started(self) -> bool:
+        return self.coordinator_ is not None
+
+    @property
+    def coordinator(self) -> Coordinator:
+        if self.coordinator_ is None:
+            raise RuntimeError("the service is not started")
+        return self.coordinator_
+
+    def start(self, backend: SwitchBackend | None = None) -> None:
+        """Connect the switch and the PS (or use `backend`), re-sync, start scheduling."""
+        try:
+            if backend is None:
+                backend, switch_data = connect_switch(self.settings, self.closers)
+            else:
+                switch_data = _endpoint(self.settings.switch_data) or DISCARD
+            self.backend = backend
+            ps, registry = start_ps(self.settings, switch_data, self.closers)
+            s = self.settings
+            self.coordinator_ = Coordinator(
+                sessions=self.sessions,
+                backend=backend,
+                topology=Topology(switch_data=switch_data, ps=ps),
+                events=self.events,
+                policy=PolicyConfig(s.policy, s.priority, s.priority_levels, s.aging_s),
+                seed=s.seed,
+                tick_s=s.tick_s,
+                heartbeat_interval_s=s.heartbeat_interval_s,
+                heartbeat_timeout_s=s.heartbeat_timeout_s,
+                ps_registry=registry,
+            )
+            self.coordinator_.start()
+            self.closers.append(self.coordinator_.stop)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop everything started, newest first; safe to call twice."""
+        self.events.close()
+        self.coordinator_ = None
+        while self.closers:
+            closer = self.closers.pop()
+            try:
+                closer()
+            except Exception:
+                log.exception("error while stopping %r", closer)
+        self.engine.dispose()
+
+
+def open_service(settings: Settings) -> Service:
+    """The job store of `settings`, opened and migrated; raises `DatabaseUnavailable`."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    # The request threads, plus the decide, tick and releaser threads and a spare.
+    pool = settings.threads + 4
+    engine, sessions = open_database(settings.resolved_database_url, pool_size=pool)
+    return Service(settings=settings, engine=engine, sessions=sessions)
+
+
+def _endpoint(text: str | None) -> Endpoint | None:
+    return Endpoint(*parse_hostport(text)) if text else None
+
+
+def connect_switch(
+    settings: Settings, closers: list[Callable[[], None]]
+) -> tuple[SwitchBackend, Endpoint]:
+    """``(backend, switch data-plane endpoint)`` as `settings` say; cleanups go to `closers`."""
+    if settings.switch == "memory":
+        backend: SwitchBackend = InMemorySwitch(settings.aggregators, settings.lanes)
+        return backend, _endpoint(settings.switch_data) or DISCARD
+    from p4ctl.client import SwitchClient
+
+    if settings.switch == "embedded":
+        from p4ctl.softswitch import SoftSwitch
+
+        switch = SoftSwitch(aggregators=settings.aggregators, lanes=settings.lanes).start()
+        closers.append(switch.stop)
+        client = SwitchClient(
+            switch.p4runtime_address, aggregators=settings.aggregators, lanes=settings.lanes
+        )
+        closers.append(client.close)
+        return EmbeddedSwitch(client, switch.pipeline), Endpoint(*switch.data_address)
+    if settings.switch_data is None:
+        raise ValueError(
+            f"the switch at {settings.switch} needs its UDP data address: "
+            "set INASCHED_SWITCH_DATA=HOST:PORT (or --switch-data)"
+        )
+    # A switch that already runs our pipeline keeps its sizing (the client reads it); one with
+    # no pipeline yet gets the sizing given in the settings, or the P4Info defaults.
+    given = settings.model_fields_set
+    client = SwitchClient(
+        settings.switch,
+        aggregators=settings.aggregators if "aggregators" in given else None,
+        lanes=settings.lanes if "lanes" in given else None,
+    )
+    closers.append(client.close)
+    return client, Endpoint(*parse_hostport(settings.switch_data))
+
+
+class EmbeddedSwitch:
+    """The embedded soft switch: every write goes over P4Runtime like with any switch, but
+    occupancy and counters are read from the in-process pipeline, because reading thousands
+    of register and counter entries over P4Runtime takes seconds and the dashboard wants
+    them every second."""
+
+    def __init__(self, client: SwitchBackend, pipeline: Pipeline) -> None:
+        self._client = client
+        self._pipeline = pipeline
+        self.aggregators = client.aggregators
+        self.lanes = client.lanes
+
+    def install_job(self, job: JobInstall) -> None:
+        self._client.install_job(job)
+
+    def add_worker(self, job_id: int, worker_id: int, endpoint: Endpoint) -> None:
+        self._client.add_worker(job_id, worker_id, endpoint)
+
+    def set_priority(self, job_id: int, level: int) -> None:
+        self._client.set_priority(job_id, level)
+
+    def reclaim(self, job_id: int) -> int:
+        return int(self._client.reclaim(job_id))
+
+    def remove_job(self, job_id: int) -> None:
+        self._client.remove_job(job_id)
+
+    def installed_jobs(self) -> set[int]:
+        return set(self._client.installed_jobs())
+
+    def occupancy(self) -> Occupancy:
+        regs = self._pipeline.registers
+        return Occupancy(job=tuple(regs.agg_job), state=tuple(regs.agg_state))
+
+    def counters(self) -> SwitchCounters:
+        return counters_from(self._pipeline.job_packets, self._pipeline.drop_packets)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def start_ps(
+    settings: Settings, switch_data: Endpoint, closers: list[Callable[[], None]]
+) -> tuple[Endpoint, PsRegistry | None]:
+    """``(PS endpoint, registry)``: a configured PS (it learns jobs from their packets, so no
+    registry), or a PS started in this process, which the scheduler registers jobs with."""
+    configured = _endpoint(settings.ps)
+    if configured is not None:
+        return configured, None
+    if switch_data == DISCARD:
+        return DISCARD, None  # no data plane, so nothing will ever reach a PS
+    from workers.ps import ParameterServer
+
+    ps = ParameterServer("127.0.0.1", 0).start()
+    closers.append(ps.stop)
+    return Endpoint(*ps.address), ps

@@ -1,0 +1,79 @@
+"""`Settings`: the one configuration object of the service, read from ``INASCHED_*`` variables.
+
+Nothing here is a module-level instance: the CLI builds a `Settings` and hands it to
+``api.app.create_app(settings)``; tests build their own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings", "parse_hostport"]
+
+
+def parse_hostport(value: str) -> tuple[str, int]:
+    """``"HOST:PORT"`` -> ``(host, port)``; raises ValueError with what was wrong."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r} is not HOST:PORT with a port in 1..65535")
+    return host, int(port)
+
+
+class Settings(BaseSettings):
+    """Service configuration. Every field can be set as ``INASCHED_<FIELD>``."""
+
+    model_config = SettingsConfigDict(env_prefix="INASCHED_", extra="ignore")
+
+    data_dir: Path = Field(default=Path("data"), description="SQLite file and run outputs")
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL; None means SQLite at DATA_DIR/inasched.db",
+    )
+    # "embedded" runs the soft switch inside the service; "memory" is the in-memory backend
+    # (no data plane, for benchmarks of the service alone); anything else is HOST:PORT of a
+    # P4Runtime target.
+    switch: str = "embedded"
+    switch_data: str | None = Field(
+        default=None, description="HOST:PORT of the switch's UDP data plane (external switch)"
+    )
+    ps: str | None = Field(default=None, description="HOST:PORT of an external PS; else embedded")
+    aggregators: int = Field(default=4096, ge=1, description="embedded switch pool size")
+    lanes: Literal[64, 128, 256] = 64
+    policy: Literal["static", "atp", "esa"] = "esa"
+    priority: str = "srtf"
+    priority_levels: int = Field(default=16, ge=1, le=256)
+    aging_s: float = Field(default=60.0, gt=0)
+    window: int = Field(default=32, ge=1, le=4096, description="default fragments in flight")
+    seed: int = 12345
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, lt=65536)
+    heartbeat_interval_s: float = Field(default=1.0, gt=0)
+    heartbeat_timeout_s: float = Field(default=10.0, gt=0)
+    tick_s: float = Field(default=0.5, gt=0, description="reaper / switch-event period")
+    threads: int = Field(default=16, ge=2, le=256, description="request handler threads")
+    max_body_bytes: int = Field(default=64 * 1024, ge=1024)
+
+    @field_validator("switch")
+    @classmethod
+    def _switch_form(cls, value: str) -> str:
+        if value not in ("embedded", "memory"):
+            parse_hostport(value)
+        return value
+
+    @field_validator("switch_data", "ps")
+    @classmethod
+    def _hostport(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_hostport(value)
+        return value
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The database URL in use: the configured one, or the SQLite file in `data_dir`."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'inasched.db').resolve()}"

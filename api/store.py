@@ -1,0 +1,179 @@
+"""Data functions over the job store. Every one takes the session and keyword arguments only.
+
+They never commit on their own unless the docstring says so, so a caller can group them in one
+transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, defer, selectinload
+
+from api.models import ApiToken, BenchRun, Job, ServiceState, Tenant
+from api.schemas import JobCreate
+from api.security import JOIN_PREFIX, TENANT_PREFIX, hash_token, new_token
+
+__all__ = [
+    "create_job",
+    "create_tenant_token",
+    "get_bench_run",
+    "get_job",
+    "get_state",
+    "list_bench_runs",
+    "list_jobs",
+    "put_state",
+    "store_bench_run",
+    "tenant_for_token",
+]
+
+
+def create_tenant_token(session: Session, *, tenant: str) -> str:
+    """A new API token for `tenant` (created if new); commits. Returns the token in clear,
+    which is never stored and cannot be shown again."""
+    row = session.scalar(select(Tenant).where(Tenant.name == tenant))
+    if row is None:
+        row = Tenant(name=tenant)
+        session.add(row)
+        session.flush()
+    token = new_token(TENANT_PREFIX)
+    session.add(ApiToken(tenant_id=row.id, token_hash=hash_token(token)))
+    session.commit()
+    return token
+
+
+def tenant_for_token(session: Session, *, token: str) -> Tenant | None:
+    """The tenant whose API token is `token`, or None."""
+    row = session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(token)))
+    return row.tenant if row else None
+
+
+def create_job(
+    session: Session,
+    *,
+    tenant_id: int,
+    spec: JobCreate,
+    gradient_bytes: int,
+    window: int,
+    client_key: str | None = None,
+) -> tuple[Job, str | None]:
+    """Insert a queued job; commits. Returns ``(job, join_token)``.
+
+    With a `client_key` already used by this tenant, returns ``(that job, None)``: a retried
+    submission does not create a second job, and its join token is not shown again.
+    """
+    if client_key is not None:
+        existing = _by_client_key(session, tenant_id=tenant_id, client_key=client_key)
+        if existing is not None:
+            return existing, None
+    token = new_token(JOIN_PREFIX)
+    job = Job(
+        tenant_id=tenant_id,
+        client_key=client_key,
+        name=spec.name,
+        state="queued",
+        priority_class=spec.priority_class,
+        n_workers=spec.n_workers,
+        iterations=spec.iterations,
+        gradient_bytes=gradient_bytes,
+        model=spec.model,
+        window=window,
+        join_token_hash=hash_token(token),
+    )
+    session.add(job)
+    try:
+        session.commit()
+    except IntegrityError:
+        # Two concurrent retries with the same key: the other one won; answer with its job.
+        session.rollback()
+        existing = _by_client_key(session, tenant_id=tenant_id, client_key=client_key or "")
+        if existing is None:
+            raise
+        return existing, None
+    return job, token
+
+
+def _by_client_key(session: Session, *, tenant_id: int, client_key: str) -> Job | None:
+    return session.scalar(
+        select(Job).where(Job.tenant_id == tenant_id, Job.client_key == client_key)
+    )
+
+
+def get_job(
+    session: Session, *, job_id: int, tenant_id: int | None = None, details: bool = False
+) -> Job | None:
+    """Job `job_id`, or None when absent or owned by another tenant than `tenant_id`."""
+    stmt = select(Job).where(Job.id == job_id)
+    if tenant_id is not None:
+        stmt = stmt.where(Job.tenant_id == tenant_id)
+    if details:
+        stmt = stmt.options(selectinload(Job.workers), selectinload(Job.priority_history))
+    return session.scalar(stmt)
+
+
+def list_jobs(
+    session: Session,
+    *,
+    tenant_id: int,
+    state: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> tuple[Sequence[Job], int]:
+    """``(jobs, total)``: a page of the tenant's jobs, newest first, and how many match."""
+    where = [Job.tenant_id == tenant_id]
+    if state is not None:
+        where.append(Job.state == state)
+    total = session.scalar(select(func.count()).select_from(Job).where(*where)) or 0
+    rows = session.scalars(
+        select(Job).where(*where).order_by(Job.id.desc()).limit(limit).offset(offset)
+    ).all()
+    return rows, total
+
+
+def get_state(session: Session, *, key: str) -> dict[str, Any] | None:
+    """The service-wide value stored under `key`, or None."""
+    row = session.get(ServiceState, key)
+    return dict(row.value) if row else None
+
+
+def put_state(session: Session, *, key: str, value: dict[str, Any]) -> None:
+    """Store `value` under `key` (no commit)."""
+    row = session.get(ServiceState, key)
+    if row is None:
+        session.add(ServiceState(key=key, value=value))
+    else:
+        row.value = value
+
+
+def store_bench_run(
+    session: Session,
+    *,
+    workload: str,
+    backend: str,
+    summary: dict[str, Any],
+    jobs: list[dict[str, Any]],
+) -> BenchRun:
+    """Store one JCT benchmark run (its summary.json and jobs.csv rows); commits."""
+    run = BenchRun(workload=workload, backend=backend, summary=summary, jobs=jobs)
+    session.add(run)
+    session.commit()
+    return run
+
+
+def list_bench_runs(session: Session, *, limit: int = 100, offset: int = 0) -> Sequence[BenchRun]:
+    """Stored benchmark runs, newest first (the `jobs` rows are not loaded into the answer)."""
+    return session.scalars(
+        select(BenchRun)
+        .options(defer(BenchRun.jobs))
+        .order_by(BenchRun.id.desc())
+        .limit(limit)
+        .offset(offset)
+    ).all()
+
+
+def get_bench_run(session: Session, *, run_id: int) -> BenchRun | None:
+    """Benchmark run `run_id` with its jobs rows, or None."""
+    return session.get(BenchRun, run_id)

@@ -1,0 +1,246 @@
+// Switch memory: one cell per aggregator on a canvas, coloured by owning job and shaded by
+// state, with the counters and a legend beside it.
+
+import { store } from "./store.js";
+import { FREE_RGB, count, el, jobRgb, packets, pct, rgbCss, shadeRgb } from "./format.js";
+
+const STATES = { 1: "partial", 2: "complete", 3: "flushed" };
+const MAX_HEIGHT = 330; // px: keeps the heatmap and the jobs table on one laptop screen
+const MAX_CELL = 22;
+
+export class Heatmap {
+  constructor(root) {
+    this.canvas = root.querySelector("#heatmap");
+    this.tip = root.querySelector("#heatmap-tip");
+    this.legendJobs = root.querySelector("#legend-jobs");
+    this.legendStates = root.querySelector("#legend-states");
+    this.summary = root.querySelector("#switch-summary");
+    this.counterEls = {
+      used: root.querySelector("#c-used"),
+      preemptions: root.querySelector("#c-preemptions"),
+      bypasses: root.querySelector("#c-bypasses"),
+      drops: root.querySelector("#c-drops"),
+    };
+    this.runs = []; // sorted by start
+    this.geometry = null;
+    this.pending = false;
+    this.previous = null; // {at, totals} for per-second rates
+    this.renderStateLegend();
+    this.canvas.addEventListener("mousemove", (e) => this.showTip(e));
+    this.canvas.addEventListener("mouseleave", () => {
+      this.tip.hidden = true;
+    });
+    new ResizeObserver(() => this.schedule()).observe(this.canvas.parentElement);
+  }
+
+  schedule() {
+    if (this.pending) return;
+    this.pending = true;
+    requestAnimationFrame(() => {
+      this.pending = false;
+      this.render();
+    });
+  }
+
+  render() {
+    const snap = store.switch;
+    if (!snap) return;
+    this.runs = [...(snap.runs || [])].sort((a, b) => a[0] - b[0]);
+    this.draw(snap.aggregators);
+    this.renderCounters(snap);
+    this.renderJobLegend(snap);
+  }
+
+  layout(n) {
+    const width = Math.max(200, Math.floor(this.canvas.parentElement.clientWidth));
+    const cell = Math.max(1, Math.min(MAX_CELL, Math.floor(Math.sqrt((width * MAX_HEIGHT) / n))));
+    const cols = Math.max(1, Math.floor(width / cell));
+    const rows = Math.ceil(n / cols);
+    return { n, cell, cols, rows };
+  }
+
+  draw(n) {
+    const g = this.layout(n);
+    this.geometry = g;
+    const cssW = g.cols * g.cell;
+    const cssH = g.rows * g.cell;
+    const dpr = window.devicePixelRatio || 1;
+    const canvas = this.canvas;
+    if (canvas.width !== Math.round(cssW * dpr) || canvas.height !== Math.round(cssH * dpr)) {
+      canvas.width = Math.round(cssW * dpr);
+      canvas.height = Math.round(cssH * dpr);
+      canvas.style.width = `${cssW}px`;
+      canvas.style.height = `${cssH}px`;
+    }
+    // Geometry on the element lets a reader (or a test) map an aggregator to its cell.
+    Object.assign(canvas.dataset, { aggregators: n, cols: g.cols, cell: g.cell });
+
+    // One pixel per aggregator, then scaled up without smoothing: cheap even at 64K cells.
+    const image = new ImageData(g.cols, g.rows);
+    const px = new Uint32Array(image.data.buffer);
+    px.fill(pack([250, 250, 250])); // past the last aggregator
+    px.fill(pack(FREE_RGB), 0, n);
+    const colours = new Map();
+    for (const [start, length, jobId, state] of this.runs) {
+      const shade = STATES[state] || "complete";
+      const key = `${jobId}/${shade}`;
+      if (!colours.has(key)) colours.set(key, pack(jobRgb(jobId, shade)));
+      px.fill(colours.get(key), start, Math.min(n, start + length));
+    }
+    const bitmap = this.offscreen(g.cols, g.rows);
+    bitmap.getContext("2d").putImageData(image, 0, 0);
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.imageSmoothingEnabled = false;
+    ctx.clearRect(0, 0, cssW, cssH);
+    ctx.drawImage(bitmap, 0, 0, cssW, cssH);
+    if (g.cell >= 6) this.drawGrid(ctx, g, cssW, cssH);
+  }
+
+  offscreen(w, h) {
+    if (!this.bitmap || this.bitmap.width !== w || this.bitmap.height !== h) {
+      this.bitmap = document.createElement("canvas");
+      this.bitmap.width = w;
+      this.bitmap.height = h;
+    }
+    return this.bitmap;
+  }
+
+  drawGrid(ctx, g, w, h) {
+    ctx.strokeStyle = "rgba(255, 255, 255, 0.9)";
+    ctx.lineWidth = 1;
+    ctx.beginPath();
+    for (let c = 1; c < g.cols; c += 1) {
+      ctx.moveTo(c * g.cell + 0.5, 0);
+      ctx.lineTo(c * g.cell + 0.5, h);
+    }
+    for (let r = 1; r < g.rows; r += 1) {
+      ctx.moveTo(0, r * g.cell + 0.5);
+      ctx.lineTo(w, r * g.cell + 0.5);
+    }
+    ctx.stroke();
+  }
+
+  totals(snap) {
+    const jobs = (snap.counters && snap.counters.jobs) || {};
+    const drops = (snap.counters && snap.counters.drops) || {};
+    let preemptions = 0;
+    let bypasses = 0;
+    for (const c of Object.values(jobs)) {
+      preemptions += packets(c.job_preempted);
+      bypasses += packets(c.job_bypassed);
+    }
+    let dropped = 0;
+    for (const v of Object.values(drops)) dropped += packets(v);
+    return { preemptions, bypasses, drops: dropped };
+  }
+
+  renderCounters(snap) {
+    const used = this.runs.reduce((sum, run) => sum + run[1], 0);
+    const now = store.switchAt;
+    const totals = this.totals(snap);
+    const prev = this.previous;
+    const dt = prev ? (now - prev.at) / 1000 : 0;
+    this.counterEls.used.textContent = `${count(used)} / ${count(snap.aggregators)}`;
+    this.counterEls.used.title = `${pct(used / snap.aggregators)} of the pool`;
+    for (const key of ["preemptions", "bypasses", "drops"]) {
+      const node = this.counterEls[key];
+      node.textContent = count(totals[key]);
+      const rate = prev && dt > 0.2 ? (totals[key] - prev.totals[key]) / dt : null;
+      node.dataset.value = totals[key];
+      node.title = rate === null ? "" : `${rate.toFixed(1)} per second`;
+    }
+    const drops = (snap.counters && snap.counters.drops) || {};
+    const reasons = Object.entries(drops)
+      .filter(([, v]) => packets(v) > 0)
+      .map(([reason, v]) => `${reason}: ${count(packets(v))}`);
+    if (reasons.length) this.counterEls.drops.title += `\n${reasons.join("\n")}`;
+    this.summary.textContent = `${count(snap.aggregators)} aggregators × ${snap.lanes} lanes`;
+    this.previous = { at: now, totals };
+  }
+
+  renderJobLegend(snap) {
+    const held = new Map();
+    for (const [, length, jobId] of this.runs) held.set(jobId, (held.get(jobId) || 0) + length);
+    const jobCounters = (snap.counters && snap.counters.jobs) || {};
+    const ids = new Set(held.keys());
+    // Jobs that hold nothing right now but are running keep their legend entry.
+    for (const job of store.jobs.values()) if (job.state === "running") ids.add(job.id);
+    // Entries are kept by job id and updated in place: rebuilding them on every event (several
+    // a second) would make their links hard to click.
+    const existing = new Map(
+      [...this.legendJobs.querySelectorAll("li[data-job-id]")].map((li) => [Number(li.dataset.jobId), li]),
+    );
+    const items = [...ids]
+      .sort((a, b) => a - b)
+      .map((id) => {
+        const li =
+          existing.get(id) ||
+          el(
+            "li",
+            { dataset: { jobId: id } },
+            el("span", { class: "swatch", style: `background:${rgbCss(jobRgb(id))}` }),
+            el("a", { href: `#/jobs/${id}` }),
+            el("span", { class: "muted held" }),
+          );
+        const c = jobCounters[String(id)] || {};
+        li.title = `bypassed ${count(packets(c.job_bypassed))} packets`;
+        li.querySelector("a").textContent = `#${id} ${store.jobName(id)}`;
+        li.querySelector(".held").textContent = `${count(held.get(id) || 0)} aggs`;
+        return li;
+      });
+    if (!items.length) items.push(this.noJobs || (this.noJobs = el("li", { class: "muted" }, "no job holds switch memory")));
+    const same = items.length === this.legendJobs.children.length && items.every((li, i) => this.legendJobs.children[i] === li);
+    if (!same) this.legendJobs.replaceChildren(...items);
+  }
+
+  renderStateLegend() {
+    const grey = [128, 128, 128]; // no job's hue: the key is about shading only
+    const entry = (label, rgb, note) =>
+      el("li", { title: note }, el("span", { class: "swatch", style: `background:${rgbCss(rgb)}` }), label);
+    this.legendStates.replaceChildren(
+      entry("free", FREE_RGB, "no job holds it"),
+      entry("partial", shadeRgb(grey, "partial"), "light: a partial sum, waiting for more workers"),
+      entry("complete", shadeRgb(grey, "complete"), "full colour: the sum is complete"),
+      entry("flushed", shadeRgb(grey, "flushed"), "dark: handed to the PS, which finishes it"),
+    );
+  }
+
+  showTip(event) {
+    const g = this.geometry;
+    if (!g) return;
+    const rect = this.canvas.getBoundingClientRect();
+    const col = Math.floor((event.clientX - rect.left) / g.cell);
+    const row = Math.floor((event.clientY - rect.top) / g.cell);
+    const index = row * g.cols + col;
+    if (col < 0 || col >= g.cols || index < 0 || index >= g.n) {
+      this.tip.hidden = true;
+      return;
+    }
+    const run = findRun(this.runs, index);
+    this.tip.textContent = run
+      ? `aggregator ${index} · #${run[2]} ${store.jobName(run[2])} · ${STATES[run[3]] || run[3]}`
+      : `aggregator ${index} · free`;
+    this.tip.style.left = `${event.clientX - rect.left + 12}px`;
+    this.tip.style.top = `${event.clientY - rect.top + 12}px`;
+    this.tip.hidden = false;
+  }
+}
+
+function findRun(runs, index) {
+  let lo = 0;
+  let hi = runs.length - 1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >> 1;
+    const [start, length] = runs[mid];
+    if (index < start) hi = mid - 1;
+    else if (index >= start + length) lo = mid + 1;
+    else return runs[mid];
+  }
+  return null;
+}
+
+// ImageData is RGBA bytes; on little-endian machines (all browsers in practice) a Uint32 is ABGR.
+function pack([r, g, b]) {
+  return ((255 << 24) | (b << 16) | (g << 8) | r) >>> 0;
+}

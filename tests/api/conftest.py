@@ -1,0 +1,140 @@
+"""Fixtures of the service tests: a real database per test (SQLite always, PostgreSQL when
+``INASCHED_TEST_POSTGRES_URL`` is set), an app on the in-memory switch, tenants with tokens."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from p4ctl.backend import InMemorySwitch
+from sqlalchemy.engine import make_url
+
+from api.app import create_app
+from api.settings import Settings
+from api.store import create_tenant_token
+
+PG_ENV = "INASCHED_TEST_POSTGRES_URL"
+
+
+def _backends() -> list[object]:
+    pg = pytest.param("postgres", marks=pytest.mark.postgres)
+    return ["sqlite", pg] if os.environ.get(PG_ENV) else ["sqlite"]
+
+
+def postgres_schema_url(base: str) -> Iterator[str]:
+    """A URL on `base` whose search_path is a fresh schema, dropped afterwards."""
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    url = make_url(base)
+    plain = url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(plain, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        yield url.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(
+            hide_password=False
+        )
+    finally:
+        with psycopg.connect(plain, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture(params=_backends())
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'inasched.db'}"
+    else:
+        yield from postgres_schema_url(os.environ[PG_ENV])
+
+
+@pytest.fixture
+def settings(tmp_path: Path, database_url: str) -> Settings:
+    return Settings(
+        data_dir=tmp_path,
+        database_url=database_url,
+        switch="memory",
+        aggregators=256,
+        policy="esa",
+        tick_s=0.05,
+        heartbeat_timeout_s=30.0,
+    )
+
+
+def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
+    """Poll `predicate` until true; fail naming `what` after `timeout_s` (never a timing
+    assertion: the limit only keeps a broken run from hanging)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+class LiveServer:
+    """`app` served by uvicorn on an ephemeral loopback port in a thread (its lifespan runs)."""
+
+    def __init__(self, app: FastAPI, port: int = 0) -> None:
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise RuntimeError("the server did not start")
+            self.thread.join(0.01)
+        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+@dataclass
+class Api:
+    """A running app on the in-memory switch, and tokens of two tenants."""
+
+    client: httpx.Client
+    switch: InMemorySwitch
+    token: str
+    other_token: str
+
+    def auth(self, token: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token or self.token}"}
+
+    def submit(self, **fields: object) -> dict[str, object]:
+        body = {"name": "job", "n_workers": 2, "iterations": 3, "gradient_bytes": 4096}
+        body.update(fields)
+        body = {k: v for k, v in body.items() if v is not None}
+        response = self.client.post("/jobs", json=body, headers=self.auth())
+        assert response.status_code == 201, response.text
+        result: dict[str, object] = response.json()
+        return result
+
+
+def make_api(settings: Settings) -> Iterator[Api]:
+    switch = InMemorySwitch(settings.aggregators, settings.lanes)
+    app = create_app(settings, backend=switch)
+    sessions = app.state.service.sessions
+    with sessions() as s:
+        token = create_tenant_token(s, tenant="alice")
+        other = create_tenant_token(s, tenant="bob")
+    with LiveServer(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        yield Api(client=client, switch=switch, token=token, other_token=other)
+
+
+@pytest.fixture
+def api(settings: Settings) -> Iterator[Api]:
+    yield from make_api(settings)

@@ -1,0 +1,28 @@
+"""Switch counters onto jobs: relative to the reused id's base; starvation for aging."""
+
+from __future__ import annotations
+
+from api.counters import settle_counters, track_starvation
+from api.models import Job
+
+
+def test_counters_of_a_reused_switch_job_id_start_from_its_base() -> None:
+    job = Job(counter_base={"job_preempted": 5, "job_evicted": 2, "job_bypassed": 10})
+    job.preemptions_caused = job.preemptions_suffered = job.bypassed = 0
+    raw = {"job_preempted": 8, "job_evicted": 2, "job_bypassed": 9}
+    assert settle_counters(job, raw)
+    assert (job.preemptions_caused, job.preemptions_suffered, job.bypassed) == (3, 0, 0)
+    assert not settle_counters(job, raw)
+
+
+def test_a_bypassed_job_starves_until_it_aggregates_unhindered() -> None:
+    starved: dict[int, float] = {}
+    owners = {7: 70}
+    first = {7: {"job_aggregated": 1, "job_bypassed": 1}}
+    track_starvation(starved, first, {}, owners, elapsed_s=0.5)
+    second = {7: {"job_aggregated": 1, "job_bypassed": 3}}
+    track_starvation(starved, second, first, owners, elapsed_s=0.5)
+    assert starved == {70: 1.0}
+    third = {7: {"job_aggregated": 4, "job_bypassed": 3}}
+    track_starvation(starved, third, second, owners, elapsed_s=0.5)
+    assert starved == {}

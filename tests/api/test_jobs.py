@@ -1,0 +1,89 @@
+"""Jobs over HTTP: submit, list, get, cancel; tenants; validation; the switch follows."""
+
+from __future__ import annotations
+
+from tests.api.conftest import Api, wait_for
+
+
+def test_submitted_job_is_admitted_and_installed_on_the_switch(api: Api) -> None:
+    job = api.submit(
+        name="resnet", model="ResNet-50", gradient_bytes=None, n_workers=4, iterations=10
+    )
+    assert job["state"] == "admitted"
+    assert job["policy"] == "esa"
+    assert isinstance(job["join_token"], str) and job["join_token"]
+    assert job["gradient_bytes"] > 1_000_000
+    assert len(api.switch.installed_jobs()) == 1
+    detail = api.client.get(f"/jobs/{job['id']}", headers=api.auth()).json()
+    assert "join_token" not in detail
+    assert detail["workers"] == []
+    assert [p["level"] for p in detail["priority_history"]]
+
+
+def test_list_filters_by_state_and_paginates(api: Api) -> None:
+    ids = [api.submit(name=f"j{i}")["id"] for i in range(5)]
+    api.client.delete(f"/jobs/{ids[0]}", headers=api.auth())
+    page = api.client.get("/jobs?limit=2&offset=0", headers=api.auth()).json()
+    assert page["total"] == 5 and len(page["items"]) == 2
+    assert page["items"][0]["id"] == ids[-1]
+    cancelled = api.client.get("/jobs?state=cancelled", headers=api.auth()).json()
+    assert [j["id"] for j in cancelled["items"]] == [ids[0]]
+
+
+def test_cancel_reclaims_and_removes_the_job_from_the_switch(api: Api) -> None:
+    job = api.submit()
+    response = api.client.delete(f"/jobs/{job['id']}", headers=api.auth())
+    assert response.status_code == 200
+    assert response.json()["state"] == "cancelled"
+    wait_for(lambda: api.switch.installed_jobs() == set(), "the switch to forget the job")
+    again = api.client.delete(f"/jobs/{job['id']}", headers=api.auth())
+    assert again.status_code == 409
+    assert again.json()["state"] == "cancelled"
+
+
+def test_a_tenant_never_sees_another_tenants_job(api: Api) -> None:
+    job = api.submit()
+    other = api.auth(api.other_token)
+    assert api.client.get(f"/jobs/{job['id']}", headers=other).status_code == 404
+    assert api.client.delete(f"/jobs/{job['id']}", headers=other).status_code == 404
+    assert api.client.get("/jobs", headers=other).json()["total"] == 0
+
+
+def test_missing_or_unknown_token_is_401(api: Api) -> None:
+    assert api.client.get("/jobs").status_code == 401
+    assert api.client.get("/jobs", headers=api.auth("ina_t_nope")).status_code == 401
+    assert api.client.post("/jobs", json={}).status_code == 401
+
+
+def test_unknown_job_is_404(api: Api) -> None:
+    assert api.client.get("/jobs/999", headers=api.auth()).status_code == 404
+    assert api.client.delete("/jobs/999", headers=api.auth()).status_code == 404
+
+
+def test_bad_fields_are_422_naming_field_and_reason(api: Api) -> None:
+    body = {"name": "x", "n_workers": 33, "iterations": 1, "gradient_bytes": 8}
+    response = api.client.post("/jobs", json=body, headers=api.auth())
+    assert response.status_code == 422
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["body", "n_workers"]
+    assert "32" in error["msg"]
+    body = {"name": "x", "n_workers": 2, "iterations": 1, "model": "NoSuchNet"}
+    response = api.client.post("/jobs", json=body, headers=api.auth())
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["body", "model"]
+
+
+def test_oversized_body_is_413(api: Api) -> None:
+    body = {"name": "x" * 100_000, "n_workers": 1, "iterations": 1, "gradient_bytes": 8}
+    response = api.client.post("/jobs", json=body, headers=api.auth())
+    assert response.status_code == 413
+
+
+def test_retried_submission_with_idempotency_key_gives_the_same_job(api: Api) -> None:
+    body = {"name": "x", "n_workers": 1, "iterations": 1, "gradient_bytes": 8}
+    headers = {**api.auth(), "Idempotency-Key": "abc"}
+    first = api.client.post("/jobs", json=body, headers=headers).json()
+    second = api.client.post("/jobs", json=body, headers=headers).json()
+    assert first["id"] == second["id"]
+    assert first["join_token"] and second["join_token"] is None
+    assert api.client.get("/jobs", headers=api.auth()).json()["total"] == 1

@@ -1,0 +1,140 @@
+"""The worker rendezvous: join, heartbeat, progress, finish; failures; restart re-sync."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from p4ctl.backend import Endpoint, InMemorySwitch, JobInstall
+from p4ctl.protocol import Policy
+
+from api.app import create_app
+from api.settings import Settings
+from api.store import create_tenant_token
+from tests.api.conftest import Api, LiveServer, make_api, wait_for
+
+
+def join(api: Api, job: dict[str, object], port: int) -> dict[str, object]:
+    response = api.client.post(
+        f"/jobs/{job['id']}/workers",
+        json={"data_host": "127.0.0.1", "data_port": port},
+        headers=api.auth(str(job["join_token"])),
+    )
+    assert response.status_code == 201, response.text
+    result: dict[str, object] = response.json()
+    return result
+
+
+def progress(api: Api, job: dict[str, object], worker: int, done: int) -> tuple[int, str]:
+    response = api.client.post(
+        f"/jobs/{job['id']}/workers/{worker}/progress",
+        json={"iterations_done": done, "bytes_switch": 100 * done, "bytes_ps": done},
+        headers=api.auth(str(job["join_token"])),
+    )
+    return response.status_code, response.json().get("state", "")
+
+
+def test_workers_join_run_and_finish_then_the_switch_forgets_the_job(api: Api) -> None:
+    job = api.submit(n_workers=2, iterations=3)
+    first, second = join(api, job, 40001), join(api, job, 40002)
+    assert (first["worker_id"], second["worker_id"]) == (0, 1)
+    assert first["placement"]["kind"] == "hashed" and first["policy"] == "esa"
+    assert first["fan_in"] == 2 and first["lanes"] == 64
+    assert join(api, job, 40001)["worker_id"] == 0  # a retried join is the same worker
+    sid = first["switch_job_id"]
+    assert api.switch.installed_jobs() == {sid}
+    assert progress(api, job, 0, 3) == (200, "running")
+    assert progress(api, job, 1, 3) == (200, "finished")
+    assert progress(api, job, 1, 3) == (200, "finished")  # a retried report is harmless
+    done = api.client.get(f"/jobs/{job['id']}", headers=api.auth()).json()
+    assert done["state"] == "finished" and done["jct_s"] > 0
+    assert done["iterations_done"] == 3 and done["bytes_switch"] == 600
+    wait_for(lambda: api.switch.installed_jobs() == set(), "the switch to forget the job")
+    assert not any(key[0] == sid for key in api.switch.pipeline.sources)
+
+
+def test_worker_auth_needs_the_jobs_join_token(api: Api) -> None:
+    job = api.submit()
+    other = api.submit()
+    body = {"data_host": "127.0.0.1", "data_port": 40001}
+    url = f"/jobs/{job['id']}/workers"
+    assert api.client.post(url, json=body).status_code == 401
+    wrong = api.auth(str(other["join_token"]))
+    assert api.client.post(url, json=body, headers=wrong).status_code == 401
+    assert api.client.post(url, json=body, headers=api.auth()).status_code == 401
+
+
+def test_cancelled_job_tells_its_workers_409(api: Api) -> None:
+    job = api.submit(n_workers=1)
+    join(api, job, 40001)
+    api.client.delete(f"/jobs/{job['id']}", headers=api.auth())
+    beat = api.client.post(
+        f"/jobs/{job['id']}/workers/0/heartbeat", headers=api.auth(str(job["join_token"]))
+    )
+    assert beat.status_code == 409
+    assert beat.json()["state"] == "cancelled"
+
+
+def test_too_many_workers_and_excess_progress_are_refused(api: Api) -> None:
+    job = api.submit(n_workers=1, iterations=2)
+    join(api, job, 40001)
+    extra = api.client.post(
+        f"/jobs/{job['id']}/workers",
+        json={"data_host": "127.0.0.1", "data_port": 40002},
+        headers=api.auth(str(job["join_token"])),
+    )
+    assert extra.status_code == 409
+    status, _ = progress(api, job, 0, 5)
+    assert status == 422
+
+
+@pytest.fixture
+def impatient_api(settings: Settings) -> Iterator[Api]:
+    yield from make_api(settings.model_copy(update={"heartbeat_timeout_s": 0.3}))
+
+
+def test_missed_heartbeats_fail_the_job_and_reclaim_it(impatient_api: Api) -> None:
+    api = impatient_api
+    job = api.submit(n_workers=1)
+    join(api, job, 40001)
+
+    def failed() -> bool:
+        body = api.client.get(f"/jobs/{job['id']}", headers=api.auth()).json()
+        return bool(body["state"] == "failed")
+
+    wait_for(failed, "the silent job to fail")
+    body = api.client.get(f"/jobs/{job['id']}", headers=api.auth()).json()
+    assert "heartbeat" in body["reason"]
+    wait_for(lambda: api.switch.installed_jobs() == set(), "the switch to forget the job")
+
+
+def test_restart_resyncs_the_switch_from_the_store(settings: Settings) -> None:
+    switch = InMemorySwitch(settings.aggregators, settings.lanes)
+
+    app = create_app(settings, backend=switch)
+    with app.state.service.sessions() as s:
+        token = create_tenant_token(s, tenant="alice")
+    auth = {"Authorization": f"Bearer {token}"}
+    with LiveServer(app) as url, httpx.Client(base_url=url) as client:
+        job = client.post(
+            "/jobs",
+            json={"name": "a", "n_workers": 1, "iterations": 5, "gradient_bytes": 64},
+            headers=auth,
+        ).json()
+        joined = client.post(
+            f"/jobs/{job['id']}/workers",
+            json={"data_host": "127.0.0.1", "data_port": 40001},
+            headers={"Authorization": f"Bearer {job['join_token']}"},
+        ).json()
+    sid = joined["switch_job_id"]
+    stale = (sid + 7) % 1024
+    switch.install_job(JobInstall(stale, Policy.ATP, 2, ps=Endpoint("127.0.0.1", 9)))
+    fresh = InMemorySwitch(settings.aggregators, settings.lanes)
+    for target in (switch, fresh):  # the same switch with stale state; a rebooted one
+        app = create_app(settings, backend=target)
+        with LiveServer(app) as url, httpx.Client(base_url=url) as client:
+            assert target.installed_jobs() == {sid}
+            assert any(k[:2] == (sid, 0) for k in target.pipeline.sources)
+            body = client.get(f"/jobs/{job['id']}", headers=auth).json()
+            assert body["state"] == "running"

@@ -1,0 +1,336 @@
+"""A stand-in for the service's dashboard endpoints (docs/CONTRACTS.md, "Dashboard JSON").
+
+It serves the real static files and fake, moving data: a few jobs of the tenant plus one job of
+another tenant that holds switch memory, progress that advances on a timer, and cancel. The
+browser tests against the real service check the same behaviour end to end; this one also
+covers what a short demo cannot produce (preemption counters, drops, benchmark runs, every
+job state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Header, HTTPException, Query
+from fastapi.responses import StreamingResponse
+from fastapi.staticfiles import StaticFiles
+
+from dashboards import static_dir
+
+TOKEN = "ina_t_fixture-token"
+AGGREGATORS = 1024
+LANES = 64
+TICK_S = 0.25
+
+
+@dataclass
+class FakeJob:
+    id: int
+    name: str
+    policy: str
+    state: str
+    iterations: int
+    iterations_done: int = 0
+    priority_level: int = 0
+    n_workers: int = 4
+    own: bool = True
+    block: tuple[int, int] = (0, 0)  # aggregators it holds while running: start, length
+    submitted_at: float = field(default_factory=time.time)
+    started_at: float | None = None
+    finished_at: float | None = None
+    history: list[dict[str, float]] = field(default_factory=list)
+
+    def public(self) -> dict[str, Any]:
+        def iso(t: float | None) -> str | None:
+            return None if t is None else time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
+
+        done = self.iterations_done
+        return {
+            "id": self.id,
+            "name": self.name,
+            "state": self.state,
+            "policy": self.policy,
+            "priority_level": self.priority_level,
+            "n_workers": self.n_workers,
+            "iterations": self.iterations,
+            "iterations_done": done,
+            "gradient_bytes": 4_000_000,
+            "model": "resnet50",
+            "submitted_at": iso(self.submitted_at),
+            "started_at": iso(self.started_at),
+            "finished_at": iso(self.finished_at),
+            "jct_s": (
+                self.finished_at - self.submitted_at
+                if self.finished_at is not None and self.state == "finished"
+                else None
+            ),
+            "bytes_switch": done * 3_000_000,
+            "bytes_ps": done * 1_000_000,
+            "preemptions_caused": done // 7,
+            "preemptions_suffered": done // 11,
+        }
+
+
+class FakeService:
+    """The fake's state; `tick` moves it on, `cancel` ends a job and frees its memory."""
+
+    def __init__(self) -> None:
+        now = time.time()
+        self.jobs = {
+            job.id: job
+            for job in (
+                FakeJob(
+                    1,
+                    "resnet50-esa",
+                    "esa",
+                    "running",
+                    iterations=10_000,
+                    iterations_done=40,
+                    priority_level=5,
+                    started_at=now - 30,
+                    block=(0, 300),
+                ),
+                FakeJob(
+                    2,
+                    "bert-atp",
+                    "atp",
+                    "running",
+                    iterations=500,
+                    iterations_done=100,
+                    priority_level=2,
+                    started_at=now - 60,
+                    block=(300, 200),
+                ),
+                FakeJob(
+                    3,
+                    "vgg-static",
+                    "static",
+                    "finished",
+                    iterations=50,
+                    iterations_done=50,
+                    submitted_at=now - 200,
+                    started_at=now - 190,
+                    finished_at=now - 20,
+                ),
+                FakeJob(4, "gpt-queued", "esa", "queued", iterations=100),
+                FakeJob(
+                    7,
+                    "other-tenant",
+                    "esa",
+                    "running",
+                    iterations=1000,
+                    iterations_done=10,
+                    priority_level=1,
+                    own=False,
+                    started_at=now - 5,
+                    block=(700, 100),
+                ),
+            )
+        }
+        for job in self.jobs.values():
+            job.history = [
+                {"t": now - 30, "level": 1},
+                {"t": now - 10, "level": job.priority_level},
+            ]
+        self.counters = {"preempted": 0, "bypassed": 0, "dropped": 0}
+        self.changed: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    def tick(self) -> None:
+        for job in self.jobs.values():
+            if job.state == "running" and job.iterations_done < job.iterations:
+                job.iterations_done += 1
+                if job.iterations_done == job.iterations:
+                    job.state, job.finished_at = "finished", time.time()
+                if job.own:
+                    self.changed.put_nowait(job.public())
+        self.counters = {k: v + i + 1 for i, (k, v) in enumerate(self.counters.items())}
+
+    def switch(self) -> dict[str, Any]:
+        runs = []
+        for job in self.jobs.values():
+            if job.state != "running":
+                continue
+            start, length = job.block
+            # Partial, complete and flushed stretches, so every shade of the legend shows.
+            third = length // 3
+            runs += [
+                [start, third, job.id, 1],
+                [start + third, third, job.id, 2],
+                [start + 2 * third, length - 2 * third, job.id, 3],
+            ]
+        per_job = {
+            str(job.id): {
+                "job_aggregated": job.iterations_done * 10,
+                "job_bypassed": self.counters["bypassed"] if job.id == 2 else 0,
+                "job_preempted": self.counters["preempted"] if job.id == 1 else 0,
+                "job_evicted": self.counters["preempted"] if job.id == 2 else 0,
+                "job_resent": 0,
+                "job_dropped": 0,
+            }
+            for job in self.jobs.values()
+        }
+        return {
+            "aggregators": AGGREGATORS,
+            "lanes": LANES,
+            "runs": runs,
+            "counters": {
+                "jobs": per_job,
+                "drops": {"stale": self.counters["dropped"], "bad_length": 0},
+            },
+        }
+
+    def cancel(self, job_id: int) -> dict[str, Any]:
+        job = self.jobs[job_id]
+        job.state, job.finished_at = "cancelled", time.time()
+        self.changed.put_nowait(job.public())
+        return job.public()
+
+
+def _bench_run() -> dict[str, Any]:
+    """A stored run shaped as bench.jct_store posts it: summary.json and jobs.csv rows."""
+    jcts = {
+        policy: [round(base * (1 + (i * 37 % 23) / 10), 2) for i in range(40)]
+        for policy, base in (("static", 40.0), ("atp", 30.0), ("esa", 22.0))
+    }
+    avg = {policy: sum(v) / len(v) for policy, v in jcts.items()}
+    return {
+        "id": 1,
+        "created_at": "2024-05-01T10:00:00",
+        "workload": "philly-64",
+        "backend": "sim",
+        "summary": {
+            "policies": {
+                p: {
+                    "avg_jct": avg[p],
+                    "p50_jct": 0.0,
+                    "p95_jct": max(v) * 0.97,
+                    "p99_jct": max(v),
+                    "memory_utilisation": 0.5,
+                    "in_switch_share": 0.8,
+                }
+                for p, v in jcts.items()
+            },
+            "ratios": {
+                "esa_over_atp": avg["atp"] / avg["esa"],
+                "esa_over_static": avg["static"] / avg["esa"],
+            },
+            "parameters": {},
+        },
+        "jobs": [
+            {"policy": p, "job_id": i, "jct_s": jct, "workers": 4, "model": "resnet50"}
+            for p, v in jcts.items()
+            for i, jct in enumerate(v)
+        ],
+    }
+
+
+BENCH_RUN = _bench_run()
+
+
+def _tenant(authorization: str | None, token: str | None = None) -> None:
+    given = token or (authorization or "").removeprefix("Bearer ").strip()
+    if given != TOKEN:
+        raise HTTPException(401, "unknown API token")
+
+
+def create_fixture_app() -> FastAPI:
+    """The fake service: JSON endpoints, `/events`, and the dashboard's static files at `/`."""
+    fake: FakeService | None = None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        nonlocal fake
+        fake = FakeService()
+        app.state.fake = fake
+
+        async def ticker() -> None:
+            while True:
+                await asyncio.sleep(TICK_S)
+                fake.tick()
+
+        task = asyncio.create_task(ticker())
+        yield
+        task.cancel()
+
+    app = FastAPI(lifespan=lifespan)
+
+    @app.get("/jobs")
+    def list_jobs(
+        authorization: str | None = Header(None),
+        state: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> dict[str, Any]:
+        _tenant(authorization)
+        items = [
+            j.public() for j in fake.jobs.values() if j.own and (not state or j.state == state)
+        ]
+        return {"items": items[offset : offset + limit], "total": len(items)}
+
+    @app.get("/jobs/{job_id}")
+    def get_job(job_id: int, authorization: str | None = Header(None)) -> dict[str, Any]:
+        _tenant(authorization)
+        job = fake.jobs.get(job_id)
+        if job is None or not job.own:
+            raise HTTPException(404, f"job {job_id} does not exist")
+        workers = [
+            {
+                "worker_id": w,
+                "host": "127.0.0.1",
+                "port": 40000 + w,
+                "last_heartbeat": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 1)),
+            }
+            for w in range(job.n_workers if job.state == "running" else 0)
+        ]
+        return {**job.public(), "workers": workers, "priority_history": job.history}
+
+    @app.delete("/jobs/{job_id}")
+    def cancel_job(job_id: int, authorization: str | None = Header(None)) -> dict[str, Any]:
+        _tenant(authorization)
+        job = fake.jobs.get(job_id)
+        if job is None or not job.own:
+            raise HTTPException(404, f"job {job_id} does not exist")
+        if job.state in ("finished", "cancelled", "failed"):
+            raise HTTPException(409, f"job {job_id} already {job.state}")
+        return fake.cancel(job_id)
+
+    @app.get("/switch")
+    def get_switch(authorization: str | None = Header(None)) -> dict[str, Any]:
+        _tenant(authorization)
+        return fake.switch()
+
+    @app.get("/bench/runs")
+    def bench_runs(authorization: str | None = Header(None)) -> list[dict[str, Any]]:
+        _tenant(authorization)
+        return [{k: v for k, v in BENCH_RUN.items() if k != "jobs"}]
+
+    @app.get("/bench/runs/{run_id}")
+    def bench_run(run_id: int, authorization: str | None = Header(None)) -> dict[str, Any]:
+        _tenant(authorization)
+        return BENCH_RUN
+
+    @app.get("/events")
+    async def events(
+        authorization: str | None = Header(None), token: str | None = Query(None)
+    ) -> StreamingResponse:
+        _tenant(authorization, token)
+
+        async def stream() -> AsyncIterator[str]:
+            while True:
+                yield f"event: switch\ndata: {json.dumps(fake.switch())}\n\n"
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.5):
+                        while True:
+                            job = await fake.changed.get()
+                            yield f"event: job\ndata: {json.dumps(job)}\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    app.mount("/", StaticFiles(directory=static_dir(), html=True), name="dashboard")
+    return app
