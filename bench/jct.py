@@ -50,7 +50,10 @@ PolicyRunner = Callable[[Sequence[JobSpec], str, BenchParams], PolicyRun]
 MODEL_MAPPING = (
     "scheduler.workload: each job's model drawn uniformly (random.Random(seed), in row order) "
     "from the models with both a gradient size (model_sizes.csv) and a V100 iteration time "
-    "(iter_times.csv); iterations = duration_s / iteration time; workers = one per GPU"
+    "(iter_times.csv); iterations = duration_s / iteration time; workers = one per GPU. "
+    "V100, not A100: the trace's durations were measured on Philly's 2017 GPUs (P100/P40 "
+    "generation, Jeon et al. ATC'19), V100 is the closest generation in the table, and A100 "
+    "times would double iterations and overstate communication"
 )
 
 
@@ -78,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--sweep",
         help="PARAM=V1,V2,... with PARAM one of memory, load, priority, "
-        "levels, aging, ps_gbps, window",
+        "levels, aging, ps_gbps, ps_processes, window",
     )
     p.add_argument("--seed", type=int, default=0, help="workload and placement seed")
     p.add_argument(
@@ -249,12 +252,14 @@ def _context(
             extra[f"sim.{name}"] = "scheduler.config.SimConfig default (simulator owner's choice)"
         notes += [
             "Simulator: scheduler.simulator (fluid model, scheduler.fluid). A job computes, "
-            "then allreduces (no overlap); a bypassed or evicted fragment costs its job's PS "
-            "one fragment per worker at ps_gbps; an aggregator is held for the worker skew "
-            "(plus, under atp, one PS detour without PS queueing).",
-            "Aging as simulated: a job's starved time accumulates over its whole run and is "
-            "never reset, so every long job that keeps losing fragments climbs to the top "
-            "level after aging_s x levels seconds of starvation.",
+            "then allreduces (no overlap). PS processes (ps_processes) are servers at ps_gbps "
+            "with a queue: under atp every completed fragment costs its PS one packet and its "
+            "window slot and aggregator wait for the PS result (queueing included); bypassed, "
+            "evicted and flushed contributions cost one packet each; esa's completion copies "
+            "cost PS capacity but are served after critical-path packets and delay nothing.",
+            "Aging: one level per aging_s spent bypassed or evicted since the job's last "
+            "progress mark (every progress_step of its iterations); a job that progresses "
+            "drops back to its rank's level.",
         ]
         ideal = ideal_jct(jobs, params)
         ideal_avg: float | None = sum(ideal.values()) / len(ideal) if ideal else None

@@ -31,6 +31,7 @@ class BenchParams:
     lanes: int = 64
     link_gbps: float = 100.0
     ps_gbps: float = 25.0
+    ps_processes: str = "per-job"
     window: int = DEFAULT_WINDOW
     priority: str = "srtf"
     levels: int = DEFAULT_LEVELS
@@ -68,6 +69,7 @@ SWEEPABLE: dict[str, str] = {
     "aging": "aging_s",
     "aging_s": "aging_s",
     "ps_gbps": "ps_gbps",
+    "ps_processes": "ps_processes",
     "window": "window",
 }
 
@@ -82,11 +84,20 @@ SOURCES: dict[str, str] = {
     "link_gbps": "100 GbE worker links, as in the SwitchML, ATP and ESA testbeds",
     "ps_gbps": (
         "one PS CPU process: 10-25 Gbps (issue 8); the upper end is taken, the most favourable "
-        "to atp, whose bypassed and unfinished fragments go there"
+        "to atp, every one of whose fragments passes through its PS"
+    ),
+    "ps_processes": (
+        "per-job: ATP's own deployment (Lao et al., NSDI'21: a PS per job), the fair baseline; "
+        "with the single shared process that `inasched up` starts (1), every atp fragment "
+        "queues at one 25 Gbps server and atp becomes PS-bound, which would inflate esa's gain "
+        "for a reason other than preemption: that case is reported as a sweep"
     ),
     "window": (
-        "SwitchML's per-job pool of 128 slots (scheduler.memory.DEFAULT_WINDOW): covers the "
-        "bandwidth-delay product of a 100 Gbps link with 256-byte payloads"
+        "scheduler.memory.DEFAULT_WINDOW; it must cover the bandwidth-delay product: RTT = 2 x "
+        "1 us link + 0.5 us switch + 27.2 ns serialization = 2.53 us, x 100 Gbps / 340 B per "
+        "fragment (256 B payload + 84 B headers) = 93 fragments <= 128, so an in-switch "
+        "stream runs at line rate; a PS round trip (atp: every fragment) doubles the RTT to "
+        "5.1 us = 187 fragments, so atp is also window-bound, as ATP's design is"
     ),
     "priority": "shortest remaining work first, the scheduler's default (scheduler.priority)",
     "levels": "a 4-bit job_priority register: 16 levels (scheduler.priority.DEFAULT_LEVELS)",

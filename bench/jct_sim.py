@@ -34,6 +34,9 @@ def sim_config(policy: str, params: BenchParams) -> SimConfig:
         window=params.window,
         link_bps=params.link_gbps * 1e9,
         ps_bps=params.ps_gbps * 1e9,
+        ps_processes=int(params.ps_processes)
+        if params.ps_processes.isdigit()
+        else params.ps_processes,
         levels=params.levels,
         aging_s=params.aging_s,
         seed=params.seed,
@@ -42,7 +45,18 @@ def sim_config(policy: str, params: BenchParams) -> SimConfig:
 
 # SimConfig fields that BenchParams sets; the rest keep the simulator's defaults.
 _SET_BY_BENCH = frozenset(
-    {"policy", "priority", "pool", "window", "link_bps", "ps_bps", "levels", "aging_s", "seed"}
+    {
+        "policy",
+        "priority",
+        "pool",
+        "window",
+        "link_bps",
+        "ps_bps",
+        "ps_processes",
+        "levels",
+        "aging_s",
+        "seed",
+    }
 )
 
 

@@ -4,7 +4,8 @@
     python -m bench.simspeed --workload synthetic-10000
     python -m bench.simspeed --validate-only
 
-Prints, per policy: wall time, simulated events, events per second, mean/p99 JCT, in-switch
+The JCT benchmark's parameters (`bench.jct_params.BenchParams`) are used. Prints, per policy:
+wall time, simulated events, events per second, mean/p99 JCT, in-switch
 share; then the aggregate model's error against the fragment-level model on small cases
 (relative mean-JCT error and absolute in-switch-share error, mean and max per policy).
 """
@@ -15,7 +16,8 @@ import argparse
 import statistics
 import time
 
-from scheduler.config import SimConfig
+from bench.jct_params import BenchParams
+from bench.jct_sim import sim_config
 from scheduler.simulator import simulate
 from scheduler.validate import validate
 from scheduler.workload import load_workload
@@ -32,7 +34,7 @@ def speed(workload: str) -> None:
     )
     for policy in POLICIES:
         start = time.perf_counter()
-        run = simulate(jobs, SimConfig(policy=policy))
+        run = simulate(jobs, sim_config(policy, BenchParams()))
         wall = time.perf_counter() - start
         jct = run.jct_summary()
         print(

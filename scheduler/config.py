@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from typing import Literal
 
 from scheduler.jobs import JobResult
 from scheduler.memory import DEFAULT_WINDOW, Pool
 from scheduler.priority import DEFAULT_AGING_S, DEFAULT_LEVELS
 
-__all__ = ["HEADER_BYTES", "RunResult", "SimConfig", "UtilSample"]
+__all__ = ["HEADER_BYTES", "PER_JOB", "PsProcesses", "RunResult", "SimConfig", "UtilSample"]
 
 # 24-byte aggregation header (p4ctl.protocol.HEADER_SIZE) + UDP/IPv4/Ethernet with FCS.
 HEADER_BYTES = 24 + 8 + 20 + 18
+
+#: `SimConfig.ps_processes` value for ATP's own deployment: one PS process per job.
+PER_JOB = "per-job"
+PsProcesses = int | Literal["per-job"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +26,13 @@ class SimConfig:
 
     `worker_skew_s`: each worker of a job starts an iteration's allreduce up to this much later
     than the first (uniform), so an aggregator stays partial until the last one arrives.
+
+    `ps_processes`: how many PS processes serve the jobs. 1 (default) is the architecture's
+    ``inasched ps``, one UDP process serving every job; ``k`` processes serve job ``j`` on
+    process ``j mod k``; ``"per-job"`` gives each job its own (ATP's deployment). Each process
+    is one server of rate `ps_bps` (one packet per `ps_fragment_s`) with a queue; packets on a
+    job's critical path (bypassed, evicted and flushed contributions; atp's complete sums) are
+    served before esa's completion copies, which nothing waits for.
     """
 
     policy: str = "esa"
@@ -31,13 +43,29 @@ class SimConfig:
     link_latency_s: float = 1e-6
     switch_latency_s: float = 0.5e-6
     ps_bps: float = 20e9
+    ps_processes: PsProcesses = 1
     loss_rate: float = 0.0
     worker_skew_s: float = 5e-6
+    #: A worker's first retransmission timeout; None: 20 round trips through the PS.
+    resend_timeout_s: float | None = None
     levels: int = DEFAULT_LEVELS
     aging_s: float = DEFAULT_AGING_S
     #: Priorities are recomputed every time a job completes this share of its iterations.
     progress_step: float = 0.1
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.ps_processes != PER_JOB and (
+            not isinstance(self.ps_processes, int) or self.ps_processes < 1
+        ):
+            raise ValueError(f"ps_processes must be >= 1 or {PER_JOB!r}, got {self.ps_processes!r}")
+
+    def ps_of(self, job_id: int) -> int:
+        """The PS process (a server id) that serves `job_id`."""
+        if self.ps_processes == PER_JOB:
+            return job_id
+        assert isinstance(self.ps_processes, int)
+        return job_id % self.ps_processes
 
     @property
     def payload_bytes(self) -> int:
@@ -60,6 +88,13 @@ class SimConfig:
         return 2 * self.link_latency_s + self.switch_latency_s + self.fragment_s
 
     @property
+    def rto_s(self) -> float:
+        """A worker's first retransmission timeout (doubling after each resend)."""
+        if self.resend_timeout_s is not None:
+            return self.resend_timeout_s
+        return 20 * (self.rtt_s + self.ps_detour_s)
+
+    @property
     def ps_detour_s(self) -> float:
         """Extra time a fragment spends on the switch -> PS -> switch path."""
         return 2 * self.link_latency_s + self.switch_latency_s + self.ps_fragment_s
@@ -67,13 +102,19 @@ class SimConfig:
 
 @dataclass(frozen=True, slots=True)
 class UtilSample:
-    """Switch memory over [start_s, end_s): average shares of the pool (sum to 1)."""
+    """Switch memory over [start_s, end_s): average shares of the pool (sum to 1).
+
+    `ps_critical` / `ps_copies`: offered load of critical-path packets / of esa's completion
+    copies on the PS processes, as a share of their total capacity (above 1: overloaded).
+    """
 
     start_s: float
     end_s: float
     live: float
     complete: float
     idle: float
+    ps_critical: float = 0.0
+    ps_copies: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,13 +4,16 @@ switch rule (`p4ctl.rule.process`, the code the soft switch runs) in virtual tim
 Per job: n workers, each streaming its F fragments per iteration with at most ``window`` in
 flight, paced by its link; worker w starts an iteration's allreduce ``U(0, worker_skew_s)``
 after compute ends. Packets reach the switch after a link latency; whatever `process` emits
-goes to the job's workers (multicast) or to the job's PS, a FIFO server that takes
-``ps_fragment_s`` per packet, sums contributions by bitmap and, when a sequence is whole
-(or the switch hands it a complete sum under ``atp``), sends a PS result back through the
-switch. A worker resends a fragment whose result is late (``timeout_s``, doubling). Loss
-drops worker -> switch packets with probability ``loss_rate``. Admission and priorities come
-from the same `Scheduler` as `scheduler.simulator`. Meant for small cases: cost is linear in
-packets.
+goes to the job's workers (multicast) or to the job's PS process (``SimConfig.ps_of``: one
+process shared by every job by default), a server that takes ``ps_fragment_s`` per packet with
+two FIFO queues, critical-path packets first and esa's completion copies when it has nothing
+else (non-preemptive); it sums contributions by bitmap and, when a sequence is whole (or the
+switch hands it a complete sum under ``atp``), sends a PS result back through the switch. A
+worker resends a fragment whose result is late (``timeout_s``, doubling), or at once when
+more than 8 later results overtook it and it is older than twice its smoothed RTT (the worker
+client's fast retransmit). Loss drops worker -> switch packets with probability
+``loss_rate``. Admission and priorities come from the same `Scheduler` as
+`scheduler.simulator`. Meant for small cases: cost is linear in packets.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -44,12 +48,20 @@ from scheduler.workload import JobSpec
 __all__ = ["simulate_fragments"]
 
 
+# The worker client's fast retransmit (workers.client._REORDER): a fragment overtaken by more
+# than this many later results, and older than twice the smoothed RTT, is resent at once.
+_REORDER = 8
+
+
 @dataclass(slots=True)
 class _Worker:
     next_frag: int = 0
     in_flight: int = 0
     sending: bool = False
     got: set[int] = field(default_factory=set)
+    sent_at: dict[int, float] = field(default_factory=dict)  # first sends awaiting a result
+    resent: set[int] = field(default_factory=set)
+    srtt: float | None = None
 
 
 @dataclass(slots=True)
@@ -63,9 +75,19 @@ class _Run:
     in_switch: set[int] = field(default_factory=set)
     lost: set[int] = field(default_factory=set)
     done_seqs: set[int] = field(default_factory=set)
-    ps_free_at: float = 0.0
     ps_bitmap: dict[int, int] = field(default_factory=dict)
     ps_sent: set[int] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _PsServer:
+    """One PS process: one packet at a time; critical-path packets before esa's copies."""
+
+    critical: deque[Packet] = field(default_factory=deque)
+    copies: deque[Packet] = field(default_factory=deque)
+    busy: bool = False
+    served_critical: int = 0
+    served_copies: int = 0
 
 
 class _FragmentSim:
@@ -86,6 +108,7 @@ class _FragmentSim:
         self.regs = Registers(cfg.pool.aggregators, 0, MAX_JOBS)
         self.configs: dict[int, JobConfig] = {}
         self.runs: dict[int, _Run] = {}  # by switch job id
+        self.ps: dict[int, _PsServer] = {}  # by SimConfig.ps_of
         self.heap: list[tuple[float, int, Callable[[], None]]] = []
         self.counter = 0
         self.events = 0
@@ -148,7 +171,8 @@ class _FragmentSim:
     def start_comm(self, run: _Run) -> None:
         now = self.clock.now()
         run.comm_start = now
-        run.workers = [_Worker() for _ in range(run.rec.spec.workers)]
+        srtt = [w.srtt for w in run.workers] or [None] * run.rec.spec.workers
+        run.workers = [_Worker(srtt=t) for t in srtt]  # the RTT estimate outlives an iteration
         run.in_switch.clear()
         run.lost.clear()
         run.done_seqs.clear()
@@ -173,7 +197,10 @@ class _FragmentSim:
             self.decide(finished=rec)
             return
         step = max(1, int(self.cfg.progress_step * rec.spec.iterations))
-        if run.iteration % step == 0 or after != before:
+        mark = run.iteration % step == 0
+        if mark:
+            self.table.progress_mark(rec)
+        if mark or after != before:
             self.decide()
         self.at(now + rec.spec.iter_time_s, lambda: self.start_comm(run))
 
@@ -200,10 +227,12 @@ class _FragmentSim:
             seq = run.iteration * run.frags + worker.next_frag
             worker.next_frag += 1
             worker.in_flight += 1
+            worker.sent_at[seq] = now
             flags = Flag.NONE
             self.at(now + self.timeout_s, lambda: self.timeout(run, w, seq, self.timeout_s))
             self.at(now + self.cfg.fragment_s, lambda: self.send(run, w))
         else:
+            worker.resent.add(seq)
             flags = Flag.RESEND
         if cfg.policy == Policy.STATIC:
             index, shadow = static_index(cfg, seq)
@@ -215,6 +244,17 @@ class _FragmentSim:
         if self.cfg.loss_rate and self.rng.random() < self.cfg.loss_rate:
             return
         self.at(now + self.cfg.fragment_s + self.cfg.link_latency_s, lambda: self.switch(pkt))
+
+    def fast_retransmit(self, run: _Run, w: int, answered: int) -> None:
+        """As the worker client does: resend, once, fragments overtaken by `answered`."""
+        worker = run.workers[w]
+        now = self.clock.now()
+        patience = 2 * worker.srtt if worker.srtt is not None else self.timeout_s
+        for seq, sent in worker.sent_at.items():  # insertion order: first-send order
+            if seq >= answered - _REORDER:
+                return
+            if seq not in worker.resent and now - sent > patience:
+                self.send(run, w, seq)
 
     def timeout(self, run: _Run, w: int, seq: int, after: float) -> None:
         if run.rec.state != JobState.RUNNING or seq // run.frags != run.iteration:
@@ -255,11 +295,17 @@ class _FragmentSim:
         if run.rec.state != JobState.RUNNING or pkt.seq // run.frags != run.iteration:
             return
         frag = pkt.seq % run.frags
+        now = self.clock.now()
         for w, worker in enumerate(run.workers):
             if frag in worker.got:
                 continue
             worker.got.add(frag)
             worker.in_flight -= 1
+            sent = worker.sent_at.pop(pkt.seq, None)
+            if sent is not None and pkt.seq not in worker.resent:  # Karn: first sends only
+                rtt = now - sent
+                worker.srtt = rtt if worker.srtt is None else 0.875 * worker.srtt + 0.125 * rtt
+            self.fast_retransmit(run, w, pkt.seq)
             if not worker.sending:
                 worker.sending = True
                 self.send(run, w)
@@ -268,9 +314,31 @@ class _FragmentSim:
 
     def ps_in(self, pkt: Packet) -> None:
         run = self.runs[pkt.job]
-        start = max(self.clock.now(), run.ps_free_at)
-        run.ps_free_at = start + self.cfg.ps_fragment_s
-        self.at(run.ps_free_at, lambda: self.ps_done(run, pkt))
+        server = self.ps.setdefault(self.cfg.ps_of(run.rec.spec.job_id), _PsServer())
+        copy = bool(pkt.flags & Flag.COMPLETE) and self.configs[run.sid].policy == Policy.ESA
+        (server.copies if copy else server.critical).append(pkt)
+        if not server.busy:
+            self.ps_serve(server)
+
+    def ps_serve(self, server: _PsServer) -> None:
+        """Start the next packet on `server`, critical ones first; idle when both are empty."""
+        if server.critical:
+            pkt = server.critical.popleft()
+            server.served_critical += 1
+        elif server.copies:
+            pkt = server.copies.popleft()
+            server.served_copies += 1
+        else:
+            server.busy = False
+            return
+        server.busy = True
+        run = self.runs[pkt.job]
+
+        def done() -> None:
+            self.ps_done(run, pkt)
+            self.ps_serve(server)
+
+        self.at(self.clock.now() + self.cfg.ps_fragment_s, done)
 
     def ps_done(self, run: _Run, pkt: Packet) -> None:
         if run.rec.state != JobState.RUNNING or pkt.seq in run.ps_sent:
@@ -303,7 +371,7 @@ def simulate_fragments(
 ) -> RunResult:
     """Run `jobs` packet by packet under `cfg`; the same `RunResult` as `simulate`.
 
-    `timeout_s` is a worker's first resend timeout (default: 20 PS round trips).
+    `timeout_s` is a worker's first resend timeout (default: ``cfg.rto_s``).
     """
-    timeout = timeout_s if timeout_s is not None else 20 * (cfg.rtt_s + cfg.ps_detour_s)
+    timeout = timeout_s if timeout_s is not None else cfg.rto_s
     return _FragmentSim(jobs, cfg, timeout).run()

@@ -134,6 +134,11 @@ class JobTable:
                 self.memory.release(d.job_id)
                 rec.partition, rec.hash_seed = None, None
 
+    def progress_mark(self, rec: JobRecord) -> None:
+        """`rec` completed another ``progress_step`` of its iterations: it is making progress,
+        so its aging clock (``starved_s``, see `JobView`) starts again from zero."""
+        rec.starved_s = 0.0
+
     def start(self, rec: JobRecord) -> None:
         rec.state = check_transition(rec.spec.job_id, rec.state, JobState.RUNNING)
 

@@ -58,6 +58,7 @@ def simulate(jobs: Sequence[JobSpec], cfg: SimConfig) -> RunResult:
         t_next = pending[0].arrival_s if pending else math.inf
         for rec in active:
             t_next = min(t_next, now + _time_to_event(cfg, rec, rates[rec.spec.job_id]))
+        marks = {rec.spec.job_id: _next_mark(cfg, rec) for rec in active}
         _advance(cfg, active, rates, t_next - now, util, now)
         clock.advance_to(t_next)
         events += 1
@@ -68,8 +69,10 @@ def simulate(jobs: Sequence[JobSpec], cfg: SimConfig) -> RunResult:
         for rec in active:
             if rec.iterations_done >= rec.spec.iterations - _EPS:
                 table.finish(t_next, rec)
-            else:
-                changed = True  # a progress mark or aging crossing: re-rank
+                continue
+            if rec.iterations_done >= marks[rec.spec.job_id] - _EPS:
+                table.progress_mark(rec)
+            changed = True  # a progress mark or aging crossing: re-rank
         if changed:
             table.decide(t_next)
         for rec in table.active():
@@ -88,15 +91,20 @@ def _iter_s(rec: JobRecord, rate: CommRate) -> float:
     return rec.spec.iter_time_s + rate.t_comm_s
 
 
+def _next_mark(cfg: SimConfig, rec: JobRecord) -> float:
+    """Iterations done at `rec`'s next progress mark (or its last iteration)."""
+    total = rec.spec.iterations
+    step = max(1, int(cfg.progress_step * total))  # as fragsim counts whole iterations
+    return min(total, (math.floor(rec.iterations_done / step + _EPS) + 1) * step)
+
+
 def _time_to_event(cfg: SimConfig, rec: JobRecord, rate: CommRate) -> float:
     """Time until `rec` finishes, passes its next progress mark or ages one level."""
     per_iter = _iter_s(rec, rate)
-    total = rec.spec.iterations
-    step = max(1.0, cfg.progress_step * total)
-    mark = min(total, (math.floor(rec.iterations_done / step + _EPS) + 1) * step)
-    t = max(0.0, mark - rec.iterations_done) * per_iter
+    t = max(0.0, _next_mark(cfg, rec) - rec.iterations_done) * per_iter
     starving = rate.duty * (rate.bypass + rate.evict)
-    if starving > 0 and cfg.aging_s > 0:
+    # Only esa's switch reads priority levels, so only there is an aging crossing an event.
+    if starving > 0 and cfg.aging_s > 0 and cfg.policy == "esa":
         level_at = (math.floor(rec.starved_s / cfg.aging_s + _EPS) + 1) * cfg.aging_s
         t = min(t, (level_at - rec.starved_s) / starving)
     return max(t, 0.0)
@@ -112,7 +120,7 @@ def _advance(
 ) -> None:
     if dt <= 0:
         return
-    live = complete = 0.0
+    live = complete = crit = copies = 0.0
     for rec in active:
         rate = rates[rec.spec.job_id]
         iters = min(dt / _iter_s(rec, rate), rec.spec.iterations - rec.iterations_done)
@@ -128,7 +136,21 @@ def _advance(
         busy = rate.duty * rate.held
         live += busy
         complete += rate.duty * rate.held_complete + max(0.0, rate.reserved - busy)
+        crit += rate.ps_critical
+        copies += rate.ps_copies
     n = cfg.pool.aggregators
     live_s, complete_s = min(1.0, live / n), min(1.0, complete / n)
     complete_s = min(complete_s, 1.0 - live_s)
-    util.append(UtilSample(now, now + dt, live_s, complete_s, 1.0 - live_s - complete_s))
+    # PS load as a share of the capacity of the processes serving the active jobs.
+    capacity = len({cfg.ps_of(r.spec.job_id) for r in active}) / cfg.ps_fragment_s
+    util.append(
+        UtilSample(
+            now,
+            now + dt,
+            live_s,
+            complete_s,
+            1.0 - live_s - complete_s,
+            crit / capacity if capacity else 0.0,
+            copies / capacity if capacity else 0.0,
+        )
+    )

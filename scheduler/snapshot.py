@@ -28,8 +28,11 @@ __all__ = [
 class JobView:
     """One job as the scheduler sees it at the snapshot's time.
 
-    `iterations` is None for a job of unknown length. `starved_s` is the time the job has
-    spent with fragments bypassed or evicted since it last ran unhindered (aging input).
+    `iterations` is None for a job of unknown length. `starved_s` (the aging input) is the
+    time the job has spent with fragments bypassed or evicted since its last progress mark
+    (the last time it completed another ``progress_step`` of its iterations, where its
+    priority is recomputed anyway): a job that keeps making progress sheds its boost, one that
+    stalls while losing fragments keeps climbing until it is at the top.
     `partition`/`hash_seed` are what an earlier `Admit` gave it; `priority` is the level the
     switch holds for it now.
     """

@@ -4,16 +4,29 @@
 Measured with ``python -m bench.simspeed --validate-only`` (seed 0, 8 seeded cases per
 policy of 2-6 jobs, 2-8 workers, 16-96 fragments per iteration, pools of 64-256 aggregators,
 window 16). The error is the relative difference of mean JCT and the absolute difference of
-the in-switch byte share (fragment-level model is the reference). One run gave:
+the in-switch byte share (fragment-level model is the reference). Before the PS server, fast
+retransmit and contribution-spread changes (commit 050a587):
 
     policy   JCT err mean  JCT err max  share err mean  share err max
     static          0.001        0.003           0.000          0.000
     atp             0.042        0.062           0.128          0.179
     esa             0.148        0.264           0.114          0.184
 
-The aggregate model over-estimates bypass (it ignores that a fragment's workers arrive
-together and ATP/ESA frees aggregators quickly) and under-estimates the fragment model's
-resend timeouts after split or evicted sequences, hence the larger esa JCT error.
+After (both models with one shared PS process, a server with a queue; fragsim's workers use
+the worker client's fast retransmit; the fluid model's aggregator hold time is the spread of a
+fragment's contributions, which closes after the first window of an iteration):
+
+    policy   JCT err mean  JCT err max  share err mean  share err max
+    static          0.001        0.003           0.000          0.000
+    atp             0.003        0.013           0.030          0.057
+    esa             0.025        0.125           0.024          0.056
+
+Most of the old esa error was the fragment model's own: split sequences (some contributions
+bypassed, the rest claiming the aggregator esa had just freed) waited out a 20-round-trip
+timeout, where the real worker client resends them at once (fast retransmit). The remaining
+share error: the fluid model still slightly over-estimates collisions (uniform hashing, mean
+hold times). These cases barely load the PS; `tests/scheduler/test_simulators.py` checks the
+PS model's invariants (capacity never exceeded, more PS processes never slower) in both.
 """
 
 from __future__ import annotations

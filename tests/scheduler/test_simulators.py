@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.config import SimConfig
+from scheduler.config import PER_JOB, SimConfig
+from scheduler.fluid import FlowJob, comm_rates
 from scheduler.fragsim import simulate_fragments
 from scheduler.memory import Pool
 from scheduler.simulator import simulate
@@ -80,3 +81,46 @@ def test_aggregate_model_stays_close_to_the_fragment_model() -> None:
         bound = 0.01 if e.policy == "static" else 0.35
         assert e.jct_rel_error < bound, e
         assert e.share_abs_error < 0.25, e
+
+
+def test_atp_never_loads_a_ps_process_beyond_its_capacity() -> None:
+    # Windows close the loop: jobs slow down until the PS keeps up, whatever the contention.
+    jobs = [FlowJob(i, 8, 64 * 256 * 1000, 1e-3) for i in range(12)]
+    for processes in (1, 3, PER_JOB):
+        cfg = SimConfig(policy="atp", pool=Pool(512), ps_processes=processes)
+        rates = comm_rates(cfg, jobs)
+        load: dict[int, float] = {}
+        for j in jobs:
+            load[cfg.ps_of(j.job_id)] = (
+                load.get(cfg.ps_of(j.job_id), 0.0) + rates[j.job_id].ps_critical
+            )
+        assert all(v * cfg.ps_fragment_s < 1.0 for v in load.values())
+        assert all(r.ps_wait_s >= 0 and r.t_comm_s > 0 for r in rates.values())
+
+
+@pytest.mark.parametrize("sim", [simulate, simulate_fragments])
+def test_more_ps_processes_never_slow_atp_down(sim: object) -> None:
+    jobs = tuple(spec(i, arrival_s=i * 1e-5, workers=4, iterations=4) for i in range(4))
+    shared, own = (
+        sim(jobs, SimConfig(policy="atp", pool=Pool(256), window=8, ps_processes=p))  # type: ignore[operator]
+        for p in (1, PER_JOB)
+    )
+    assert shared.unfinished == own.unfinished == 0
+    assert own.jct_summary()["mean"] <= shared.jct_summary()["mean"] * 1.001
+
+
+def test_progress_mark_resets_the_aging_clock() -> None:
+    from scheduler.jobs import JobTable
+    from scheduler.service import Scheduler
+
+    table = JobTable(Scheduler("esa", aging_s=1.0), window=8)
+    recs = [table.add(spec(i, iterations=10 * (i + 1))) for i in range(2)]
+    table.decide(0.0)
+    base = {r.spec.job_id: r.priority for r in recs}
+    low = min(recs, key=lambda r: r.priority)
+    low.starved_s = 100.0  # far past every aging threshold: it climbs to the top
+    table.decide(1.0)
+    assert low.priority == 15 and low.priority > base[low.spec.job_id]
+    table.progress_mark(low)  # it made progress: back to the level its rank gives it
+    table.decide(2.0)
+    assert low.starved_s == 0 and low.priority == base[low.spec.job_id]
