@@ -3,9 +3,13 @@
 For each policy a fresh service (``api.app.create_app``, embedded soft switch and PS, its own
 SQLite store in a temporary folder) is served by uvicorn in a thread of this process. Jobs are
 submitted over REST at their (time-compressed) arrival times; each job's workers are separate
-``python -m workers.worker`` processes that join with the job's token; JCTs are read back from
-the service's job store (``GET /jobs``, ``jct_s``); ``GET /switch`` is polled for memory
-utilisation.
+processes running ``workers.worker.main`` (``inasched worker --service URL --job ID --token T
+--model M --scale S --compute-scale C``: the worker takes gradient size and compute time from
+its model's row of the model table, so `S` and `C` turn them into the scaled job's). The
+worker processes are started, and have imported numpy and httpx, before the first job is
+submitted, so interpreter start-up is not counted in any JCT. JCTs are read back from the
+service's job store (``GET /jobs``, ``jct_s`` = finished - submitted, so it includes the
+workers' join and REST round trips); ``GET /switch`` is polled for memory utilisation.
 
 The workload is scaled down so a run takes minutes on 2 cores (`emu_workload`): the first
 `EMU_JOBS` jobs, at most `EMU_WORKERS` workers each, gradients divided by `GRAD_DIVISOR`, at
@@ -16,6 +20,7 @@ can run exactly the same jobs (the validation of issue 8).
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import subprocess
@@ -39,19 +44,29 @@ __all__ = ["EmuError", "emu_context", "emu_runner", "emu_workload"]
 
 log = logging.getLogger(__name__)
 
-EMU_JOBS = 10
-EMU_WORKERS = 4
-EMU_ITERATIONS = 20
-# 100 MB of fp32 gradient -> 50 kB: ~200 fragments of 256 B per worker and iteration, which a
-# Python soft switch on one core turns around in tens of milliseconds.
-GRAD_DIVISOR = 2000
+EMU_JOBS = 8
+EMU_WORKERS = 2
+EMU_ITERATIONS = 10
+# 100 MB of fp32 gradient -> 10 kB; the table's models become 2.6-134 kB, 10-520 fragments of
+# 256 B per worker and iteration: the soft switch, PS and workers share 2 busy cores and turn
+# around a few hundred fragments per second per worker (measured: bench.jct_validate).
+GRAD_DIVISOR = 10_000
 ARRIVAL_GAP_S = 2.0
-# A pool small enough that 10 scaled-down jobs contend for it as the full workload does for a
-# Tofino's: the scaled jobs' windows are the same, their gradients 2000x smaller.
-EMU_AGGREGATORS = 4096
+# A pool small enough that 8 scaled-down jobs of 2 workers contend for it: 8 windows of 32
+# fragments are 256 aggregators (the full workload contends for a Tofino's with many more jobs).
+EMU_AGGREGATORS = 256
 EMU_WINDOW = 32
 JOB_TIMEOUT_S = 900.0
 POLL_S = 0.5
+# Aggregator states (GET /switch runs: 1 partial, 2 complete, 3 flushed) counted as occupied
+# in the memory utilisation; bench.jct_validate counts only partial ones (the simulator's
+# "live" share) when it measures how long an aggregator is held.
+OCCUPANCY_STATES: tuple[int, ...] = (1, 2, 3)
+# Seconds a worker waits for a result before it gives up (exit 4); loopback on a busy
+# 2-core machine stalls for seconds at a time.
+WORKER_TIMEOUT_S = 60.0
+# Seconds for every pre-started worker process to finish its imports.
+WORKER_START_S = 120.0
 
 
 class EmuError(RuntimeError):
@@ -83,6 +98,7 @@ def emu_context(params: BenchParams) -> tuple[dict[str, Any], dict[str, str], li
         "emu.arrival_gap_s": ARRIVAL_GAP_S,
         "emu.aggregators": EMU_AGGREGATORS,
         "emu.window": EMU_WINDOW,
+        "emu.worker_timeout_s": WORKER_TIMEOUT_S,
     }
     why = "bench.jct_emu: scaled so a run takes minutes on 2 cores (module docstring)"
     notes = [
@@ -91,6 +107,13 @@ def emu_context(params: BenchParams) -> tuple[dict[str, Any], dict[str, str], li
         "with the full-scale simulation.",
         f"aggregators and window of the BenchParams ({params.aggregators}, {params.window}) "
         f"are replaced by emu.aggregators and emu.window for the scaled-down jobs.",
+        "JCTs are the service's (job store, jct_s = finished_at - submitted_at): they include "
+        "each job's join and per-iteration progress reports over REST, which --sim does not "
+        "model; the service embeds one soft switch and one PS process shared by every job "
+        "(--sim with ps_processes=1 matches the PS, not the shared switch CPU).",
+        "Byte counters are the workers' sums (every worker's contribution), and a result that "
+        "returns through the PS (every atp fragment) counts as PS bytes, so in_switch_share "
+        "is 0 for atp here while --sim counts atp's switch-aggregated bytes as in-switch.",
     ]
     return parameters, {k: why for k in parameters}, notes
 
@@ -163,37 +186,56 @@ class _Service:
 def _run_policy(
     jobs: Sequence[JobSpec], policy: str, params: BenchParams, data_dir: Path
 ) -> PolicyRun:
-    workers: list[subprocess.Popen[bytes]] = []
     util: list[tuple[float, float]] = []
-    with _Service(policy, params, data_dir) as svc:
-        http = httpx.Client(
-            base_url=svc.url, headers={"Authorization": f"Bearer {svc.token}"}, timeout=30
-        )
-        t0 = time.monotonic()
-        ids: dict[int, int] = {}
-        try:
-            for job in jobs:
-                _sleep_until(t0 + job.arrival_s, http, util, t0)
-                created = _submit(http, job)
-                ids[created["id"]] = job.job_id
-                workers += _spawn_workers(svc.url, created, job)
-            rows = _wait(http, ids, util, t0)
-        finally:
-            for proc in workers:
-                if proc.poll() is None:
-                    proc.terminate()
-            for proc in workers:
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-            http.close()
+    warm: dict[int, list[_Warm]] = {}
+    try:
+        for job in jobs:
+            warm[job.job_id] = [
+                _Warm(data_dir / f"worker-{job.job_id}-{w}.log") for w in range(job.workers)
+            ]
+        deadline = time.monotonic() + WORKER_START_S
+        for procs in warm.values():
+            for p in procs:
+                p.wait_ready(deadline)
+        with _Service(policy, params, data_dir) as svc:
+            http = httpx.Client(
+                base_url=svc.url, headers={"Authorization": f"Bearer {svc.token}"}, timeout=30
+            )
+            try:
+                t0 = time.monotonic()
+                ids: dict[int, int] = {}
+                for job in jobs:
+                    _sleep_until(t0 + job.arrival_s, http, util, t0)
+                    created = _submit(http, job)
+                    ids[created["id"]] = job.job_id
+                    for p in warm[job.job_id]:
+                        p.go(_worker_argv(svc.url, created, job))
+                rows = _wait(http, ids, util, t0, warm)
+            finally:
+                http.close()
+    finally:
+        _stop_all([p for procs in warm.values() for p in procs])
     specs = {j.job_id: j for j in jobs}
     outcomes = tuple(_outcome(policy, specs[ids[r["id"]]], r) for r in rows if r["jct_s"])
     span_util = util or [(0.0, 0.0)]
     return PolicyRun(
         policy, outcomes, tuple(util), time_average(span_util), len(jobs) - len(outcomes)
     )
+
+
+def _stop_all(procs: list[_Warm]) -> None:
+    for p in procs:
+        if p.proc.poll() is None:
+            p.proc.terminate()
+    for p in procs:
+        try:
+            p.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.proc.kill()
+            p.proc.wait()
+        for pipe in (p.proc.stdin, p.proc.stdout):
+            if pipe is not None and not pipe.closed:
+                pipe.close()
 
 
 def _submit(http: httpx.Client, job: JobSpec) -> dict[str, Any]:
@@ -211,35 +253,85 @@ def _submit(http: httpx.Client, job: JobSpec) -> dict[str, Any]:
     return created
 
 
-def _spawn_workers(
-    url: str, created: dict[str, Any], job: JobSpec
-) -> list[subprocess.Popen[bytes]]:
-    """One worker process per worker of the job. The compute time of an iteration is the
-    job's own (``--compute-s``); the gradient is the scaled size the service was told."""
-    procs = []
-    for _ in range(job.workers):
-        cmd = [
-            sys.executable,
-            "-m",
-            "workers.worker",
-            "--service",
-            url,
-            "--job",
-            str(created["id"]),
-            "--token",
-            str(created["join_token"]),
-            "--compute-s",
-            f"{job.iter_time_s:.6f}",
-        ]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
-    return procs
+def _worker_args(job: JobSpec) -> list[str]:
+    """``inasched worker`` options that make a worker of `job` compute for ``job.iter_time_s``
+    per iteration and allreduce ``job.grad_bytes``: the worker sizes both from its model's row
+    of the model table, times ``--compute-scale`` and ``--scale``. A model the table does not
+    know gets no compute time (the worker's behaviour), and its gradient from the join."""
+    from workers.worker import model_cost
+
+    cost = model_cost(job.model) if job.model else None
+    if cost is None:
+        return []
+    full_bytes, full_iter_s = cost
+    return [
+        "--model",
+        job.model,
+        "--scale",
+        repr(job.grad_bytes / full_bytes),
+        "--compute-scale",
+        repr(job.iter_time_s / full_iter_s if full_iter_s else 0.0),
+    ]
+
+
+# A worker process imported before its job exists: it prints "ready", reads its
+# ``inasched worker`` arguments (one JSON line) from stdin and runs ``workers.worker.main``.
+# Starting Python, numpy and httpx takes seconds on a busy 2-core machine; without this that
+# start-up would be counted in every job's JCT (the job store's clock starts at submission).
+_LAUNCHER = (
+    "import json, sys\n"
+    "import workers.worker as w\n"
+    "print('ready', flush=True)\n"
+    "line = sys.stdin.readline()\n"
+    "sys.exit(w.main(json.loads(line)) if line.strip() else 0)\n"
+)
+
+
+class _Warm:
+    """One pre-started worker process, waiting for its arguments."""
+
+    def __init__(self, log_path: Path) -> None:
+        with open(log_path, "wb") as err:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _LAUNCHER],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+            )
+        self.log_path = log_path
+
+    def wait_ready(self, deadline: float) -> None:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()  # blocks until the imports are done
+        if line.strip() != b"ready" or time.monotonic() > deadline:
+            raise EmuError(f"worker process did not start: {self.log_path.read_text()[-2000:]}")
+
+    def go(self, argv: list[str]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(argv) + "\n").encode())
+        self.proc.stdin.close()
+
+
+def _worker_argv(url: str, created: dict[str, Any], job: JobSpec) -> list[str]:
+    return [
+        "--service",
+        url,
+        "--job",
+        str(created["id"]),
+        "--token",
+        str(created["join_token"]),
+        "--timeout",
+        str(WORKER_TIMEOUT_S),
+        *_worker_args(job),
+    ]
 
 
 def _sample_switch(http: httpx.Client, util: list[tuple[float, float]], t0: float) -> None:
     resp = http.get("/switch")
     if resp.status_code == 200:
         body = resp.json()
-        busy = sum(run[1] for run in body.get("runs", []))
+        runs = body.get("runs", [])
+        busy = sum(run[1] for run in runs if len(run) < 4 or run[3] in OCCUPANCY_STATES)
         util.append((time.monotonic() - t0, busy / max(1, body.get("aggregators", 1))))
 
 
@@ -250,16 +342,30 @@ def _sleep_until(t: float, http: httpx.Client, util: list[tuple[float, float]], 
 
 
 def _wait(
-    http: httpx.Client, ids: dict[int, int], util: list[tuple[float, float]], t0: float
+    http: httpx.Client,
+    ids: dict[int, int],
+    util: list[tuple[float, float]],
+    t0: float,
+    warm: dict[int, list[_Warm]],
 ) -> list[dict[str, Any]]:
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while True:
         _sample_switch(http, util, t0)
-        resp = http.get("/jobs", params={"limit": 1000})
+        resp = http.get("/jobs", params={"limit": 500})
         resp.raise_for_status()
         mine = [j for j in resp.json()["items"] if j["id"] in ids]
-        if all(j["state"] in ("finished", "failed", "cancelled") for j in mine):
+        if len(mine) == len(ids) and all(
+            j["state"] in ("finished", "failed", "cancelled") for j in mine
+        ):
             return mine
+        for procs in warm.values():
+            for p in procs:
+                code = p.proc.poll()
+                if code not in (None, 0):
+                    raise EmuError(
+                        f"a worker exited with status {code}: "
+                        f"{p.log_path.read_text(errors='replace')[-2000:]}"
+                    )
         if time.monotonic() > deadline:
             stuck = sorted(j["id"] for j in mine if j["state"] not in ("finished", "failed"))
             raise EmuError(f"jobs {stuck} did not finish within {JOB_TIMEOUT_S:.0f} s")

@@ -1,0 +1,85 @@
+"""``bench.jct --emu`` end to end on loopback: service, soft switch, PS and worker processes.
+
+One minimal run (2 jobs x 2 workers, one policy, tiny gradients) checks the output files'
+schema and that every JCT in them is the one the service's job store reported.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import bench.jct_emu as emu
+from bench.jct import main
+from bench.jct_output import PLOTS
+from bench.jct_results import JOB_COLUMNS
+from scheduler.workload import JobSpec, write_workload
+
+POLICY_KEYS = {"avg_jct", "p50_jct", "p95_jct", "p99_jct", "memory_utilisation", "in_switch_share"}
+
+
+@pytest.mark.slow
+def test_minimal_emu_run_writes_outputs_from_the_job_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workload = tmp_path / "two.csv"
+    write_workload(
+        [
+            JobSpec(0, 0.0, 2, "ResNet-50", 102_200_000, 0.3232, 50),
+            JobSpec(1, 1.0, 2, "ResNet-101", 178_200_000, 0.2954, 50),
+        ],
+        workload,
+    )
+    # Tiny: 3 iterations of 5-9 kB gradients (20-35 fragments), arrivals 0.5 s apart.
+    monkeypatch.setattr(emu, "EMU_JOBS", 2)
+    monkeypatch.setattr(emu, "EMU_ITERATIONS", 3)
+    monkeypatch.setattr(emu, "GRAD_DIVISOR", 20_000)
+    monkeypatch.setattr(emu, "ARRIVAL_GAP_S", 0.5)
+    monkeypatch.setattr(emu, "JOB_TIMEOUT_S", 50.0)
+    store_rows: list[dict[str, Any]] = []
+    real_wait = emu._wait
+
+    def spy(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        rows = real_wait(*args, **kwargs)
+        store_rows.extend(rows)
+        return rows
+
+    monkeypatch.setattr(emu, "_wait", spy)
+    out = tmp_path / "out"
+    argv = ["--workload", str(workload), "--policies", "esa", "--out", str(out), "--emu"]
+    assert main([*argv, "--quiet"]) == 0
+
+    for name in ("summary.json", "jobs.csv", "report.md", "workload.csv", *PLOTS):
+        assert (out / name).stat().st_size > 0, name
+    doc = json.loads((out / "summary.json").read_text())
+    assert set(doc) == {"policies", "ratios", "parameters"}
+    assert set(doc["policies"]) == {"esa"}
+    assert set(doc["policies"]["esa"]) == POLICY_KEYS
+    assert doc["parameters"]["backend"] == "emu"
+    assert doc["parameters"]["emu.jobs"] == 2
+
+    # The JCTs are the job store's: GET /jobs rows, finished, jct_s = finished - submitted.
+    assert len(store_rows) == 2
+    store_jct = set()
+    for row in store_rows:
+        assert row["state"] == "finished"
+        assert row["policy"] == "esa"
+        assert row["iterations_done"] == row["iterations"] == 3
+        span = datetime.fromisoformat(row["finished_at"]) - datetime.fromisoformat(
+            row["submitted_at"]
+        )
+        assert row["jct_s"] == pytest.approx(span.total_seconds(), abs=1e-3)
+        assert row["bytes_switch"] + row["bytes_ps"] > 0
+        store_jct.add(round(row["jct_s"], 6))
+    with open(out / "jobs.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        assert tuple(reader.fieldnames or ()) == JOB_COLUMNS
+        rows = list(reader)
+    assert len(rows) == 2
+    assert {round(float(r["jct_s"]), 6) for r in rows} == store_jct
+    assert doc["policies"]["esa"]["avg_jct"] == pytest.approx(sum(store_jct) / 2, rel=1e-6)
