@@ -9,24 +9,57 @@ workers allreduce over loopback TCP. Goodput is tensor MB / seconds per allreduc
 (the slowest worker's time; the median over repetitions). The JSON holds, per case,
 ``size_mb``, ``workers``, ``inasched_MBps``, ``gloo_MBps`` and ``ratio`` (inasched / gloo).
 
-Where the time goes (2-core machine shared with other jobs, load average 5-7; 256 lanes, so
-one packet carries 1 KiB of gradient). Per fragment, measured in isolation:
+Where the time went before (2-core machine shared with other jobs, load average 5-7; 256
+lanes, so one packet carries 1 KiB of gradient): switch ~22 us per packet pass (enum
+arithmetic ~20% of it), worker quantize ~10 us + build/encode ~14 us + decode/dequantize ~33 us
+per fragment. But sampling every thread's CPU time (``/proc/<pid>/task``) showed the switch
+thread busy only ~35% and each worker ~30% of the wall time, with the machine far from
+saturated: the allreduce was stalling, not computing. Two stalls, both in the client:
 
-- switch (``Pipeline.handle``, no sockets): ~22 us per packet pass; cProfile splits it into
-  ``protocol.encode`` of the outputs ~30%, ``rule.process`` ~35%, parsing ~25%, with
-  ``enum.IntFlag`` arithmetic alone ~20% spread over all three. Plus one ``sendto`` per
-  replica. The switch is one thread, so a fragment of an n-worker job costs it n passes and
-  n+1 sends (esa also copies every completed sum to the PS).
-- worker: quantize ~10 us (vectorized per tensor), build + encode ~14 us, decode + dequantize
-  ~33 us (``protocol.decode`` builds a Flag enum and a byte-swapped copy per packet).
-- PS: esa's copy of each completed sum; with the PS inside the switch's process this made esa
-  2.5x slower than static (3.1 s vs 1.25 s per 4 MB allreduce with 2 workers), which is why
-  the PS now treats a full-bitmap sum as the result directly and runs in its own process here.
+- A whole first window resent on timeout. `Transfer.activate` quantized the entire tensor in
+  the I/O thread before the first send, with the send timestamp taken *before* it; a worker
+  whose peer was still quantizing (or descheduled) saw no result within the 200 ms minimum
+  timeout and resent all W fragments, flushing every partial sum to the PS (static: 33-64
+  timeout resends per 16 MB allreduce, all in the first window, with no datagram lost).
+- A fast retransmit that never fired when the window was stuck behind the lost fragment: it
+  was only checked when a result arrived, and none arrives once the window is blocked, so
+  esa's collision bypasses (hashed placement: a fragment meets its own job's in-flight
+  fragment) waited out the timeout (8-52 timeout resends per 16 MB).
 
-Window size (16..256) and retransmissions (1-3% of sends) barely matter; the two cores are
-shared by the switch, the PS and n workers, so goodput per worker falls with n. gloo moves
-the same bytes with a C++ ring over TCP at memory speed: the ratio measures the Python soft
-switch and Python clients, not the protocol (a hardware pipeline pass is well under 1 us).
+Now: datagrams are built a chunk of 256 fragments at a time just before they are sent (one
+`quantize` call, headers stamped through ``protocol.HEADER_DTYPE``, lanes written in wire
+order), so the first leaves within a millisecond; they are sent from that buffer as
+memoryviews; results are ``recv_into`` one buffer, their header checked with one
+``unpack_from`` and their lanes copied (no `Packet`, no byte swap) into an array that
+`Transfer.finish` dequantizes in one pass; the send time is stamped after the send; fast
+retransmit runs on every turn of the I/O loop with the ``select`` timeout bounded by its next
+deadline; and, as in TCP, while nothing at all has come back since a fragment was sent only
+the oldest fragment is resent on timeout (fragments that saw later results come back are
+resent at once, so heavy loss recovers faster than before: the 10%/20% loss variants of
+``tests/workers/test_allreduce.py`` take 62 s instead of 106 s). Static runs now have no
+resends at all; esa keeps ~50-60 fast resends per 16 MB (the collisions themselves are the
+placement's). The switch side is described in ``bench.dataplane``; the PS no longer builds an
+enum per flag test.
+
+Figures, same command back to back, before -> after (``python -m bench.allreduce --quick``:
+esa, 4 MB, 2 workers, k=256): at load average 6-7.6, 2.73-2.87 -> 4.53-5.89 MB/s per worker;
+with another job holding one core at 100% (load ~2.5), 2.04-2.05 -> 3.29-3.38 (gloo 230-470
+MB/s in the same runs). 16 MB, 2 workers, 2 repetitions (scratch harness around
+`run_inasched`, load ~3): esa 2.4 -> 3.3-4.6 MB/s, static 3.4 -> 4.9-5.4 MB/s. Full run
+(``python -m bench.allreduce``, load 5.7-7.4), MB/s per worker (gloo): 4 MB x 2 workers 4.00
+(439), 4 MB x 4 2.31 (195), 64 MB x 2 5.34 (602), 64 MB x 4 2.53 (239): ratio 0.9-1.2%
+(0.5% before).
+
+Where the time goes now (16 MB esa, per-thread CPU): the switch thread ~45% busy, each
+worker's I/O thread ~30%, the PS ~15%, and other jobs the rest of the two cores. The Python
+work per fragment is small (worker ~10 us, switch ~10 us per pass); what dominates is the
+kernel: per fragment of an n-worker esa job the switch makes n ``recvfrom`` and n+1
+``sendto`` (the PS copy is the protocol's), each worker one ``sendto``, one receive and a
+``select`` per 1-2 results, and on loopback every ``sendto`` also runs the receiver's side of
+the stack and wakes a sleeping process (5-50 us each on this VM). Python has no
+``sendmmsg``/``recvmmsg``, so batching would need a C extension; gloo moves the same bytes with
+a C++ ring over TCP at memory speed, so the ratio measures one-datagram-per-syscall Python
+processes, not the protocol (a hardware pipeline pass is well under 1 us).
 """
 
 from __future__ import annotations

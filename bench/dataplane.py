@@ -11,22 +11,37 @@ one core (no sockets). Prints a table with ratios; ``--json`` writes one record 
 ``{"lanes", "senders", "agg_fps", "echo_fps", "agg_mbps", "echo_mbps", "ratio"}``.
 
 Profile (``--profile``: cProfile of `Pipeline.handle` at k=256, a static job of fan-in 4, on
-the 2-core development VM where a bare 1M-iteration Python loop takes 0.39 s):
+the 2-core development VM):
 
 - First version, 12,500 fragments/s: `protocol.decode` was a third of the pass, most of it
   five `enum.__call__` per packet (``Kind(kind)``, ``Flag(flags)`` and the flag tests), and the
   per-outcome counter loop looked names up in two dicts per packet.
-- Now, 37,000-39,000 fragments/s on a quiet VM, 20,000-24,000 at load average 10 from other
-  work (k=64 and 256 alike: the lanes are one numpy add; the cost is
-  per packet, not per byte): the pipeline parses the header itself with table lookups for
-  kind and flags (`decode` only for malformed datagrams, to name the drop reason) and keeps
-  per-outcome lists of counter cells. What remains, by own time: `handle` 13%, header parse
-  10%, `rule._static`/`_on_partial`/`_add` 21%, ``IntFlag.__and__`` in the rule's flag tests
-  11% (``pkt.flags & Flag.RESEND`` builds an enum; testing ``int(pkt.flags)`` against int
-  constants would remove it: rule.py is the protocol owner's), dataclass construction of
-  `Packet`/`Verdict` 5%, `encode` of the results 3%.
-- Through sockets, the switch process also pays ``recvfrom`` and one ``sendto`` per replica;
-  with 8 senders on 2 cores the senders take the CPU the switch thread needs.
+- Second version, 37,000-39,000 fragments/s on a quiet VM: the pipeline parsed the header
+  itself with table lookups; ``IntFlag.__and__``/``__or__`` in the rule's flag tests (~1.5 us
+  each, several per pass), ``Packet.replace`` (a dict of every slot), enum attribute lookups
+  and `encode` of every output (one byte swap per replica group) remained.
+- Now: the rule tests flags as plain ints and reads enum members from module constants,
+  shares its output-less verdicts, builds a result packet once (no ``replace``); the pipeline
+  keys counter cells by outcome value (hashing an Enum member runs Python code), forwards a
+  bypassed packet's received lane bytes with a new header, and byte-swaps esa's sum once for
+  the multicast and the PS copy. What remains, by own time: `handle` ~20%, header parse and
+  lane byte swap ~22%, `rule._static`/`_on_partial`/`_add`/`check`/`_claim`/`_held` ~36%,
+  dict lookups and dataclass construction the rest; no enum machinery at all.
+
+Figures, same commands back to back on the same VM (load average 4-7 from other work, so
+single runs vary by +-30%): ``python -m bench.dataplane --quick``, before -> after:
+
+- `Pipeline.handle` alone, one core: k=64 33,000-34,000 -> 64,000-73,000 fragments/s;
+  k=256 32,000-40,000 -> 70,000-71,000 (100,000-125,000 at load ~2).
+- Through sockets, 2-8 senders: 9,400-15,900 -> 12,700-30,700 fragments/s; echo/agg
+  1.5-2.7 -> 0.8-2.2 (mostly 1.2-1.6). The echo server itself does only 18,000-36,000 per
+  second here: on this VM a loopback ``sendto`` costs 5-50 us (it runs the receiver's side of
+  the stack and wakes it), so the switch process now spends most of its time in ``recvfrom``
+  and one ``sendto`` per replica, and 50,000 fragments/s through sockets is out of reach of
+  any one-datagram-per-syscall Python server on this machine; with 8 senders on 2 cores the
+  senders take the CPU the switch thread needs.
+- Full run (``python -m bench.dataplane``, load 6.5-7.4): 14,600-19,200 fragments/s through
+  sockets, echo/agg 1.5-2.1; `Pipeline.handle` alone 70,000 (k=64) and 109,000 (k=256).
 """
 
 from __future__ import annotations

@@ -43,12 +43,12 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from p4ctl.protocol import Flag, Kind, MalformedPacket, Packet, decode, encode
+from p4ctl.protocol import HEADER, HEADER_SIZE, VERSION, Flag, Kind
 
 from workers.errors import AllreduceTimeout, ClientClosed
 from workers.rendezvous import WorkerJoin
 from workers.retransmit import RetransmitTimer
-from workers.transfer import Transfer
+from workers.transfer import Sender, Transfer
 
 __all__ = ["AllreduceClient", "ClientOptions", "ClientStats", "PendingAllreduce", "open_socket"]
 
@@ -60,6 +60,8 @@ _RCVBUF = 8 * 1024 * 1024
 _MAX_DATAGRAM = 65536
 # A fragment overtaken by this many later ones is presumed lost (`_fast_retransmit`).
 _REORDER = 8
+_RESEND = int(Flag.RESEND)
+_RESULT_KINDS = (int(Kind.RESULT), int(Kind.PS_RESULT))
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +166,10 @@ class AllreduceClient:
         self._sock.setblocking(False)
         self._switch = (socket.gethostbyname(join.switch[0]), join.switch[1])
         self._window = join.window_limit()
+        self._sender = Sender(join.switch_job_id, join.worker_id, join.placement)
+        self._datagram_size = HEADER_SIZE + 4 * join.lanes
+        self._rx = bytearray(_MAX_DATAGRAM)
+        self._rx_view = memoryview(self._rx)
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._lock = threading.Lock()
@@ -178,9 +184,11 @@ class AllreduceClient:
         self._send_seq = 0
         self._low = 0  # lowest seq without a result
         self._inflight: dict[int, list[float]] = {}  # seq -> [sent_at, attempts]
+        self._answered = -1  # highest seq with a result
         opts = self.options
         self._timer = RetransmitTimer(opts.initial_rto_s, opts.min_rto_s, opts.max_rto_s)
         self._last_progress = time.monotonic()
+        self._last_timeout_resend = float("-inf")
         self._counts = dict.fromkeys(ClientStats.__slots__, 0)
         self._thread = threading.Thread(
             target=self._run, name=f"inasched-worker-{join.worker_id}", daemon=True
@@ -266,17 +274,17 @@ class AllreduceClient:
                 if closing:
                     self._fail_all(ClientClosed("allreduce client closed"))
                     return
+                self._send_new()
                 now = time.monotonic()
-                self._send_new(now)
-                readable, _, _ = select.select(
-                    [self._sock, self._wake_r], [], [], self._timer.wait_time(now, 0.5)
-                )
+                wait = min(self._timer.wait_time(now, 0.5), self._fast_wait(now))
+                readable, _, _ = select.select([self._sock, self._wake_r], [], [], wait)
                 if self._wake_r in readable:
                     self._drain_wake()
                 if self._sock in readable:
                     self._receive()
                 now = time.monotonic()
                 self._retransmit(now)
+                self._fast_retransmit(now)
                 self._check_progress(now)
         except Exception as exc:  # a bug must fail the callers, not strand them
             log.exception("allreduce I/O thread failed")
@@ -296,40 +304,32 @@ class AllreduceClient:
                 return t
         return None
 
-    def _send_new(self, now: float) -> None:
+    def _send_new(self) -> None:
         while self._send_seq < self._assigned and self._send_seq < self._low + self._window:
-            t = self._transfer_of(self._send_seq)
+            seq = self._send_seq
+            t = self._transfer_of(seq)
             if t is None:
                 self._send_seq += 1  # a failed transfer's sequence: nothing to send
                 continue
-            if t.lanes is None:
+            if not t.active:
                 if not t.ready():
                     return  # its exponents wait for the previous allreduce of this tensor
                 t.activate()
-            self._send(t, self._send_seq, resend=False)
-            self._inflight[self._send_seq] = [now, 0.0]
-            self._timer.arm(self._send_seq, 0, now)
+            self._send(t, seq, resend=False)
+            # Stamped after the send: building a chunk of datagrams must not count as delay.
+            now = time.monotonic()
+            self._inflight[seq] = [now, 0.0]
+            self._timer.arm(seq, 0, now)
             self._send_seq += 1
 
     def _send(self, t: Transfer, seq: int, resend: bool) -> None:
-        flags, exponent, lanes = t.payload(seq - t.first_seq)
-        index, shadow = self.join.placement.locate(self.join.switch_job_id, seq)
-        wid = self.join.worker_id
-        pkt = Packet(
-            kind=Kind.GRADIENT,
-            job=self.join.switch_job_id,
-            worker=wid,
-            fan_in=self.join.fan_in,
-            agg_index=index,
-            seq=seq,
-            flags=flags | Flag.RESEND if resend else flags,
-            shadow=shadow,
-            exponent=exponent,
-            bitmap=1 << wid,
-            lanes=lanes,
-        )
+        datagram: memoryview | bytearray = t.datagram(seq - t.first_seq, self._sender)
+        if resend:
+            datagram = bytearray(datagram)
+            flags = (datagram[2] << 8 | datagram[3]) | _RESEND  # big-endian u16 at offset 2
+            datagram[2:4] = flags.to_bytes(2, "big")
         try:
-            self._sock.sendto(encode(pkt), self._switch)
+            self._sock.sendto(datagram, self._switch)
         except OSError as exc:  # a full buffer or an ICMP error: the timer resends it
             log.debug("send of seq %d failed: %s", seq, exc)
         self._counts["resent" if resend else "sent"] += 1
@@ -342,60 +342,86 @@ class AllreduceClient:
             pass
 
     def _receive(self) -> None:
+        recv_into = self._sock.recv_into
         for _ in range(4 * self._window + 64):  # bounded, so timers still run under a flood
             try:
-                data = self._sock.recv(_MAX_DATAGRAM)
+                size = recv_into(self._rx)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:  # e.g. ICMP port unreachable from a dead switch
                 log.debug("receive failed: %s", exc)
                 return
-            self._on_datagram(data)
+            self._on_datagram(size)
 
-    def _on_datagram(self, data: bytes) -> None:
-        try:
-            pkt = decode(data, lanes=self.join.lanes)
-        except MalformedPacket:
-            self._counts["ignored"] += 1
-            return
-        if pkt.kind not in (Kind.RESULT, Kind.PS_RESULT) or pkt.job != self.join.switch_job_id:
-            self._counts["ignored"] += 1
-            return
-        t = self._transfer_of(pkt.seq)
-        if t is None or not t.take(pkt.seq - t.first_seq, pkt):
+    def _on_datagram(self, size: int) -> None:
+        """Take the datagram of `size` bytes in the receive buffer, if it is a sum we wait for.
+
+        Anything else (malformed, another kind or job, a late duplicate) is counted ignored;
+        the header is checked here rather than by ``protocol.decode``, which would build a
+        `Packet` and byte-swap lanes that `Transfer.take` only needs to copy.
+        """
+        (version, kind, _, job, _, _, _, seq, _, _, lanes, _) = HEADER.unpack_from(self._rx)
+        t = None
+        if (
+            size == self._datagram_size
+            and version == VERSION
+            and lanes == self.join.lanes
+            and kind in _RESULT_KINDS
+            and job == self.join.switch_job_id
+        ):
+            t = self._transfer_of(seq)
+        if t is None or not t.take(seq - t.first_seq, self._rx_view[:size]):
             self._counts["ignored"] += 1
             return
         now = time.monotonic()
         self._last_progress = now
-        via_switch = pkt.kind == Kind.RESULT
+        via_switch = kind == _RESULT_KINDS[0]
         self._counts["results_switch" if via_switch else "results_ps"] += 1
         self._counts["bytes_switch" if via_switch else "bytes_ps"] += 4 * self.join.lanes
-        timing = self._inflight.pop(pkt.seq, None)
+        timing = self._inflight.pop(seq, None)
         if timing is not None and timing[1] == 0:
             self._timer.sample(now - timing[0])
+        if seq > self._answered:
+            self._answered = seq
         if t.remaining == 0:
             t.finish()
         self._advance_low()
-        self._fast_retransmit(pkt.seq, now)
 
-    def _fast_retransmit(self, answered: int, now: float) -> None:
-        """Resend, once, fragments overtaken by `answered` by more than `_REORDER` sequences.
+    def _patience(self) -> float:
+        srtt = self._timer.srtt
+        return 2 * srtt if srtt is not None else self.options.min_rto_s
+
+    def _fast_retransmit(self, now: float) -> None:
+        """Resend, once, fragments overtaken by more than `_REORDER` sequences and older than
+        twice the smoothed round trip.
 
         Every worker sends in sequence order, so sums complete nearly in order; a fragment
         left behind lost a contribution or its result. Waiting out the timeout instead would
-        stall the whole window (a PS detour reorders a little, hence the slack).
+        stall the whole window (a PS detour reorders a little, hence the slack). This runs on
+        every turn of the I/O loop, not only when a result arrives: when the window is stuck
+        behind the lost fragment, no further result would come to trigger it.
         """
-        srtt = self._timer.srtt
-        patience = 2 * srtt if srtt is not None else self.options.min_rto_s
+        patience = self._patience()
+        limit = self._answered - _REORDER
         for seq, timing in self._inflight.items():  # insertion order: first-send order
-            if seq >= answered - _REORDER:
+            if seq >= limit:
                 return
             if timing[1] == 0 and now - timing[0] > patience:
+                timing[1] = 1.0
                 t = self._transfer_of(seq)
                 if t is not None:
-                    timing[1] = 1.0
                     self._send(t, seq, resend=True)
                     self._timer.arm(seq, 1, now)
+
+    def _fast_wait(self, now: float) -> float:
+        """Seconds until `_fast_retransmit` has something to do (at most 0.5)."""
+        limit = self._answered - _REORDER
+        for seq, timing in self._inflight.items():
+            if seq >= limit:
+                break
+            if timing[1] == 0:  # the oldest overtaken fragment not resent yet
+                return max(0.0, min(0.5, timing[0] + self._patience() - now))
+        return 0.5
 
     def _advance_low(self) -> None:
         while self._transfers:
@@ -407,15 +433,27 @@ class AllreduceClient:
             self._transfers.pop(0)
 
     def _retransmit(self, now: float) -> None:
+        inflight = self._inflight  # insertion order: the oldest fragment first
         for seq, attempt in self._timer.due(now):
-            timing = self._inflight.get(seq)
+            timing = inflight.get(seq)
             if timing is None or timing[1] != attempt:
                 continue  # answered, or superseded by a later timer
             t = self._transfer_of(seq)
             if t is None:
                 continue
+            stalled = self._last_progress < min(timing[0], self._last_timeout_resend)
+            if stalled and seq != next(iter(inflight)):
+                # Nothing at all came back since this fragment was sent, nor since the last
+                # timeout resend: the switch or a peer is stalled, not this fragment alone (a
+                # peer that has not sent yet looks exactly like loss). As TCP does, only the
+                # oldest fragment is resent (with back-off) until results flow again; resending
+                # the whole window would flush every partial sum to the PS. Fragments that saw
+                # results come back after them are lost, and are resent at once.
+                self._timer.arm(seq, attempt, now)
+                continue
             timing[1] = attempt + 1
             self._send(t, seq, resend=True)
+            self._last_timeout_resend = now
             self._timer.arm(seq, attempt + 1, now)
 
     def _check_progress(self, now: float) -> None:

@@ -19,17 +19,19 @@ import random
 import numpy as np
 
 from p4ctl.protocol import (
+    FLAG_BY_VALUE,
     HEADER,
     HEADER_SIZE,
+    KIND_BY_VALUE,
     MAX_JOBS,
     VERSION,
     DropReason,
     Flag,
-    Kind,
     MalformedPacket,
     Packet,
     decode,
-    encode,
+    encode_header,
+    encode_lanes,
 )
 from p4ctl.rule import COUNTERS, JOB_COUNTERS, JobConfig, Registers, ToGroup, check, process
 
@@ -40,12 +42,10 @@ log = logging.getLogger(__name__)
 # A UDP endpoint as the socket module spells it: (dotted IPv4 host, port).
 Address = tuple[str, int]
 
-_KINDS = {int(k): k for k in Kind}
-# Every combination of the defined flag bits, looked up instead of built per packet.
-_FLAGS = {value: Flag(value) for value in range(1 << max(Flag).bit_length())}
 _RAW_FLOAT = int(Flag.RAW_FLOAT)
 _FIXED = np.dtype(">i4")
 _RAW = np.dtype(">f4")
+_NATIVE = {_FIXED: _FIXED.newbyteorder("="), _RAW: _RAW.newbyteorder("=")}
 
 
 class Pipeline:
@@ -75,8 +75,9 @@ class Pipeline:
         self.drop_rate = drop_rate
         self._loss = random.Random(seed)
         self._wire_size = HEADER_SIZE + 4 * lanes
+        # Keyed by the outcome's value: hashing an Enum member runs Python code.
         self._outcome_cells = {
-            outcome: [(self.job_packets[n], self.job_bytes[n]) for n in names]
+            outcome.value: [(self.job_packets[n], self.job_bytes[n]) for n in names]
             for outcome, names in COUNTERS.items()
         }
 
@@ -108,7 +109,7 @@ class Pipeline:
         if verdict.drop is not None:
             self.drop_packets[verdict.drop] += 1
             self.drop_bytes[verdict.drop] += size
-        for packets, octets in self._outcome_cells[verdict.outcome]:
+        for packets, octets in self._outcome_cells[verdict.outcome._value_]:
             packets[job] += 1
             octets[job] += size
         if verdict.evicted_job is not None:
@@ -117,8 +118,13 @@ class Pipeline:
         if not verdict.outputs:
             return []
         sends: list[tuple[bytes, Address]] = []
+        body_of: tuple[object, int, bytes | memoryview] = (
+            pkt.lanes,
+            int(pkt.flags) & _RAW_FLOAT,
+            memoryview(data)[HEADER_SIZE:],
+        )
         for out in verdict.outputs:
-            wire = encode(out.packet)
+            wire, body_of = _wire(out.packet, body_of)
             if isinstance(out, ToGroup):
                 for port in self.groups.get(out.group, ()):
                     self._emit(sends, wire, port)
@@ -131,8 +137,8 @@ class Pipeline:
         in the profile); anything unusual goes through `decode` itself to be dropped."""
         if len(data) == self._wire_size:
             head = HEADER.unpack_from(data)
-            kind = _KINDS.get(head[1])  # Kind.GRADIENT is 0: compare with None below
-            flags = _FLAGS.get(head[2])
+            kind = KIND_BY_VALUE.get(head[1])  # Kind.GRADIENT is 0: compare with None below
+            flags = FLAG_BY_VALUE.get(head[2])
             if (
                 head[0] == VERSION
                 and head[10] == self.lanes
@@ -140,6 +146,7 @@ class Pipeline:
                 and flags is not None
             ):
                 dtype = _RAW if head[2] & _RAW_FLOAT else _FIXED
+                lanes = np.frombuffer(data, dtype, self.lanes, HEADER_SIZE).astype(_NATIVE[dtype])
                 return Packet(
                     kind,
                     head[3],
@@ -151,9 +158,7 @@ class Pipeline:
                     head[8],
                     head[9],
                     head[11],
-                    np.frombuffer(data, dtype, self.lanes, HEADER_SIZE).astype(
-                        dtype.newbyteorder("=")
-                    ),  # type: ignore[arg-type]  # int32 or float32, as decode gives
+                    lanes,  # type: ignore[arg-type]  # int32 or float32, as decode gives
                 )
         try:
             return decode(data, self.lanes)
@@ -188,3 +193,19 @@ class Pipeline:
             counts[:] = [0] * len(counts)
         self.drop_packets[:] = [0] * len(DropReason)
         self.drop_bytes[:] = [0] * len(DropReason)
+
+
+def _wire(
+    out: Packet, body_of: tuple[object, int, bytes | memoryview]
+) -> tuple[bytes, tuple[object, int, bytes | memoryview]]:
+    """The datagram of `out`, and the ``(lanes, raw bit, body bytes)`` it was built from.
+
+    `body_of` names lanes whose wire bytes are known: first the received packet's own (a
+    bypass forwards them unchanged but for kind and flags), then the last output's (esa sends
+    the same sum to the workers and to the PS), so each array is byte-swapped at most once.
+    """
+    lanes, raw, body = body_of
+    out_raw = int(out.flags) & _RAW_FLOAT
+    if out.lanes is not lanes or out_raw != raw:
+        lanes, raw, body = out.lanes, out_raw, encode_lanes(out)
+    return encode_header(out, len(out.lanes)) + body, (lanes, raw, body)

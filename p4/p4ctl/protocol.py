@@ -22,9 +22,12 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "FLAG_BY_VALUE",
     "HEADER",
+    "HEADER_DTYPE",
     "HEADER_FIELDS",
     "HEADER_SIZE",
+    "KIND_BY_VALUE",
     "LANE_DTYPE",
     "MAX_JOBS",
     "MAX_WORKERS",
@@ -40,6 +43,9 @@ __all__ = [
     "Policy",
     "decode",
     "encode",
+    "encode_header",
+    "encode_lanes",
+    "flag_of",
     "worker_bit",
 ]
 
@@ -63,6 +69,15 @@ HEADER_FIELDS: tuple[tuple[str, str, int], ...] = (
 )
 HEADER = struct.Struct(">" + "".join(code for _, code, _ in HEADER_FIELDS))
 HEADER_SIZE = HEADER.size  # 24 bytes
+# The same header as a numpy structured dtype (packed, big-endian), for stamping the headers
+# of many datagrams at once with array operations.
+HEADER_DTYPE = np.dtype(
+    [
+        (name, {"B": "u1", "b": "i1", "H": ">u2", "I": ">u4"}[code])
+        for name, code, _ in HEADER_FIELDS
+    ]
+)
+assert HEADER_DTYPE.itemsize == HEADER_SIZE
 
 # Lanes are signed 32-bit integers on the wire, as in the switch's registers (big-endian).
 LANE_DTYPE = np.dtype(">i4")
@@ -181,18 +196,49 @@ class Packet:
 
     def replace(self, **changes: object) -> Packet:
         """A copy with `changes` applied (lanes are shared, not copied)."""
-        values = {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
-        values.update(changes)
-        return Packet(**values)  # type: ignore[arg-type]
+        # Positional and explicit: the switch builds one of these per bypassed packet, and a
+        # dict of every slot plus keyword unpacking cost several times the construction.
+        copy = Packet(
+            self.kind,
+            self.job,
+            self.worker,
+            self.fan_in,
+            self.agg_index,
+            self.seq,
+            self.flags,
+            self.shadow,
+            self.exponent,
+            self.bitmap,
+            self.lanes,
+            self.version,
+        )
+        for name, value in changes.items():
+            setattr(copy, name, value)
+        return copy
 
 
-def encode(pkt: Packet) -> bytes:
-    """The datagram bytes of `pkt` (header, then lanes big-endian)."""
-    dtype = RAW_DTYPE if pkt.flags & Flag.RAW_FLOAT else LANE_DTYPE
-    head = HEADER.pack(
+# Enum members by wire value, looked up instead of calling ``Kind(v)``/``Flag(v)`` (an
+# ``enum.__call__`` costs about 1 us, several times a whole header unpack). Every combination
+# of the defined flag bits is here; a value with other bits set falls back to ``Flag(v)``.
+KIND_BY_VALUE: dict[int, Kind] = {int(k): k for k in Kind}
+FLAG_BY_VALUE: dict[int, Flag] = {v: Flag(v) for v in range(1 << max(Flag).bit_length())}
+_RAW_FLOAT_BIT = int(Flag.RAW_FLOAT)
+_NATIVE_LANE = LANE_DTYPE.newbyteorder("=")
+_NATIVE_RAW = RAW_DTYPE.newbyteorder("=")
+
+
+def flag_of(value: int) -> Flag:
+    """The `Flag` of a header's flags field (a table lookup for the defined bits)."""
+    flag = FLAG_BY_VALUE.get(value)
+    return flag if flag is not None else Flag(value)
+
+
+def encode_header(pkt: Packet, lanes: int) -> bytes:
+    """The 24 header bytes of `pkt`, announcing `lanes` lanes."""
+    return HEADER.pack(
         pkt.version,
-        int(pkt.kind),
-        int(pkt.flags),
+        pkt.kind,
+        pkt.flags,
         pkt.job,
         pkt.worker,
         pkt.fan_in,
@@ -200,10 +246,20 @@ def encode(pkt: Packet) -> bytes:
         pkt.seq,
         pkt.shadow,
         pkt.exponent,
-        len(pkt.lanes),
+        lanes,
         pkt.bitmap,
     )
-    return head + np.asarray(pkt.lanes).astype(dtype, copy=False).tobytes()
+
+
+def encode_lanes(pkt: Packet) -> bytes:
+    """The lane bytes of `pkt`: big-endian int32, or float32 when RAW_FLOAT is set."""
+    dtype = RAW_DTYPE if int(pkt.flags) & _RAW_FLOAT_BIT else LANE_DTYPE
+    return np.asarray(pkt.lanes).astype(dtype, copy=False).tobytes()
+
+
+def encode(pkt: Packet) -> bytes:
+    """The datagram bytes of `pkt` (header, then lanes big-endian)."""
+    return encode_header(pkt, len(pkt.lanes)) + encode_lanes(pkt)
 
 
 def decode(data: bytes | memoryview, lanes: int | None = None) -> Packet:
@@ -213,31 +269,31 @@ def decode(data: bytes | memoryview, lanes: int | None = None) -> Packet:
     """
     if len(data) < HEADER_SIZE:
         raise MalformedPacket(DropReason.BAD_LENGTH, f"{len(data)} bytes, header is {HEADER_SIZE}")
-    (version, kind, flags, job, worker, fan_in, agg_index, seq, shadow, exponent, count,
-     bitmap) = HEADER.unpack_from(data)
+    (version, kind, flags, job, worker, fan_in, agg_index, seq, shadow, exponent, count, bitmap) = (
+        HEADER.unpack_from(data)
+    )
     if version != VERSION:
         raise MalformedPacket(DropReason.BAD_VERSION, f"version {version}, expected {VERSION}")
     if lanes is not None and count != lanes:
         raise MalformedPacket(DropReason.BAD_LANES, f"{count} lanes, this switch has {lanes}")
     if len(data) != HEADER_SIZE + 4 * count:
-        raise MalformedPacket(
-            DropReason.BAD_LENGTH, f"{len(data)} bytes for {count} lanes"
-        )
-    if kind > Kind.PS_RESULT:
+        raise MalformedPacket(DropReason.BAD_LENGTH, f"{len(data)} bytes for {count} lanes")
+    kind_member = KIND_BY_VALUE.get(kind)
+    if kind_member is None:
         raise MalformedPacket(DropReason.BAD_KIND, f"kind {kind}")
-    dtype = RAW_DTYPE if flags & Flag.RAW_FLOAT else LANE_DTYPE
-    body = np.frombuffer(data, dtype=dtype, count=count, offset=HEADER_SIZE)
+    raw = flags & _RAW_FLOAT_BIT
+    body = np.frombuffer(data, RAW_DTYPE if raw else LANE_DTYPE, count, HEADER_SIZE)
     return Packet(
-        kind=Kind(kind),
-        job=job,
-        worker=worker,
-        fan_in=fan_in,
-        agg_index=agg_index,
-        seq=seq,
-        flags=Flag(flags),
-        shadow=shadow,
-        exponent=exponent,
-        bitmap=bitmap,
-        lanes=body.astype(body.dtype.newbyteorder("=")),
-        version=version,
+        kind_member,
+        job,
+        worker,
+        fan_in,
+        agg_index,
+        seq,
+        flag_of(flags),
+        shadow,
+        exponent,
+        bitmap,
+        body.astype(_NATIVE_RAW if raw else _NATIVE_LANE),  # type: ignore[arg-type]
+        version,
     )

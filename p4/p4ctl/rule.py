@@ -35,6 +35,7 @@ from p4ctl.protocol import (
     Kind,
     Packet,
     Policy,
+    flag_of,
 )
 
 __all__ = [
@@ -192,6 +193,33 @@ class Verdict:
     drop: DropReason | None = None
 
 
+# The rule runs once per packet: enum members are read from module constants, flags are
+# tested as plain ints (``Flag & Flag`` builds a new enum member through Python code, ~1.5 us),
+# and the verdicts without outputs are shared (they are frozen).
+_GRADIENT = Kind.GRADIENT
+_PS_RESULT = Kind.PS_RESULT
+_TO_PS = Kind.TO_PS
+_RESULT = Kind.RESULT
+_STATIC = Policy.STATIC
+_ESA = Policy.ESA
+_FREE = AggState.FREE
+_PARTIAL = AggState.PARTIAL
+_COMPLETE = AggState.COMPLETE
+_FLUSHED = AggState.FLUSHED
+_RESEND = int(Flag.RESEND)
+_RAW_FLOAT = int(Flag.RAW_FLOAT)
+_BYPASSED = int(Flag.BYPASSED)
+_BYPASSED_COLLISION = int(Flag.BYPASSED | Flag.COLLISION)
+_HELD_FLUSHED = Flag.FLUSHED
+_HELD_COMPLETE = Flag.COMPLETE
+_HELD_EVICTED = Flag.EVICTED
+_CLAIMED = Verdict(Outcome.CLAIMED)
+_AGGREGATED = Verdict(Outcome.AGGREGATED)
+_COMPLETED = Verdict(Outcome.COMPLETED)
+_DUPLICATE = Verdict(Outcome.DUPLICATE)
+_STALE = Verdict(Outcome.STALE, drop=DropReason.STALE)
+
+
 # ---------------------------------------------------------------------------- placement
 
 
@@ -229,17 +257,19 @@ def check(pkt: Packet, cfg: JobConfig | None, aggregators: int) -> DropReason | 
     """
     if cfg is None:
         return DropReason.UNKNOWN_JOB
-    if pkt.kind == Kind.PS_RESULT:
+    kind = pkt.kind
+    if kind == _PS_RESULT:
         if pkt.worker != PS_WORKER_ID:
             return DropReason.BAD_WORKER
         return None if pkt.agg_index < aggregators else DropReason.BAD_AGG_INDEX
-    if pkt.kind != Kind.GRADIENT:
+    if kind != _GRADIENT:
         return DropReason.BAD_KIND
-    if pkt.worker >= cfg.fan_in or pkt.fan_in != cfg.fan_in:
+    worker = pkt.worker
+    if worker >= cfg.fan_in or pkt.fan_in != cfg.fan_in:
         return DropReason.BAD_WORKER
-    if pkt.bitmap != 1 << pkt.worker:
+    if pkt.bitmap != 1 << worker:
         return DropReason.BAD_BITMAP
-    if cfg.policy == Policy.STATIC:
+    if cfg.policy == _STATIC:
         if cfg.part_size <= 0 or (pkt.agg_index, pkt.shadow) != static_index(cfg, pkt.seq):
             return DropReason.BAD_AGG_INDEX
         if pkt.agg_index >= aggregators:
@@ -261,21 +291,25 @@ def process(
     switch port of the sender, where a static retransmission gets its result back.
     """
     cfg = configs[pkt.job]
-    if pkt.kind == Kind.PS_RESULT:
+    if pkt.kind == _PS_RESULT:
         return _ps_result(regs, cfg, pkt)
-    if cfg.policy == Policy.STATIC:
+    if cfg.policy == _STATIC:
         return _static(regs, cfg, pkt, sender_port)
     return _shared(regs, cfg, pkt, configs)
 
 
-def _to_ps(cfg: JobConfig, pkt: Packet, flags: Flag) -> ToPort:
-    return ToPort(cfg.ps_port, pkt.replace(kind=Kind.TO_PS, flags=pkt.flags | flags))
+def _to_ps(cfg: JobConfig, pkt: Packet, flags: int) -> ToPort:
+    """`pkt` on its way to the job's PS, with `flags` (int bits) added to its own."""
+    out = pkt.replace(kind=_TO_PS, flags=flag_of(int(pkt.flags) | flags))
+    return ToPort(cfg.ps_port, out)
 
 
-def _held(regs: Registers, i: int, job: int, seq: int, flags: Flag, fan_in: int) -> Packet:
+def _held(
+    regs: Registers, i: int, job: int, seq: int, flags: Flag, fan_in: int, kind: Kind = _TO_PS
+) -> Packet:
     """The packet carrying aggregator `i`'s sum (partial or complete)."""
     return Packet(
-        kind=Kind.TO_PS,
+        kind=kind,
         job=job,
         worker=0,
         fan_in=fan_in,
@@ -291,7 +325,7 @@ def _held(regs: Registers, i: int, job: int, seq: int, flags: Flag, fan_in: int)
 def _claim(regs: Registers, i: int, pkt: Packet, priority: int) -> None:
     regs.agg_job[i] = pkt.job
     regs.agg_seq[i] = pkt.seq
-    regs.agg_state[i] = AggState.PARTIAL
+    regs.agg_state[i] = _PARTIAL
     regs.agg_bitmap[i] = pkt.bitmap
     regs.agg_count[i] = 1
     regs.agg_exponent[i] = pkt.exponent
@@ -303,16 +337,18 @@ def _claim(regs: Registers, i: int, pkt: Packet, priority: int) -> None:
 def _add(regs: Registers, i: int, pkt: Packet) -> int:
     """Add a contribution; returns the new count."""
     regs.agg_bitmap[i] |= pkt.bitmap
-    regs.agg_count[i] += 1
-    regs.agg_exponent[i] = max(regs.agg_exponent[i], pkt.exponent)
+    count = regs.agg_count[i] + 1
+    regs.agg_count[i] = count
+    if pkt.exponent > regs.agg_exponent[i]:
+        regs.agg_exponent[i] = pkt.exponent
     if regs.k:
         regs.agg_lanes[i] += pkt.lanes
-    return regs.agg_count[i]
+    return count
 
 
 def _is_side(regs: Registers, i: int, pkt: Packet) -> bool:
     """A contribution the switch cannot add: raw floats, or fixed point at another exponent."""
-    return bool(pkt.flags & Flag.RAW_FLOAT) or pkt.exponent != regs.agg_exponent[i]
+    return bool(int(pkt.flags) & _RAW_FLOAT) or pkt.exponent != regs.agg_exponent[i]
 
 
 def _on_partial(
@@ -324,66 +360,66 @@ def _on_partial(
     flushed aggregator becomes (FREE in atp/esa, FLUSHED for a static slot).
     """
     i = pkt.agg_index
-    resend = bool(pkt.flags & Flag.RESEND)
+    resend = bool(int(pkt.flags) & _RESEND)
     if regs.agg_bitmap[i] & pkt.bitmap:
         if not resend:
-            return Verdict(Outcome.DUPLICATE)
+            return _DUPLICATE
         # The sender is in the sum and still has no result: someone is missing; let the PS
         # finish this sequence.
-        out = ToPort(cfg.ps_port, _held(regs, i, pkt.job, pkt.seq, Flag.FLUSHED, cfg.fan_in))
+        out = ToPort(cfg.ps_port, _held(regs, i, pkt.job, pkt.seq, _HELD_FLUSHED, cfg.fan_in))
         _set_flushed(regs, i, flushed_state)
         return Verdict(Outcome.FLUSHED, (out,))
     # atp/esa: a RESEND must not join a sum either, for the same reason it never claims: its
     # first send may already be at the PS inside an evicted or flushed sum.
-    if _is_side(regs, i, pkt) or (resend and flushed_state == AggState.FREE):
-        side = _to_ps(cfg, pkt, Flag.BYPASSED)
+    if _is_side(regs, i, pkt) or (resend and flushed_state == _FREE):
+        side = _to_ps(cfg, pkt, _BYPASSED)
         if not resend:
             return Verdict(Outcome.RAW_BYPASS, (side,))
-        held = ToPort(cfg.ps_port, _held(regs, i, pkt.job, pkt.seq, Flag.FLUSHED, cfg.fan_in))
+        held = ToPort(cfg.ps_port, _held(regs, i, pkt.job, pkt.seq, _HELD_FLUSHED, cfg.fan_in))
         _set_flushed(regs, i, flushed_state)
         return Verdict(Outcome.FLUSHED, (side, held))
     if _add(regs, i, pkt) < cfg.fan_in:
-        return Verdict(Outcome.AGGREGATED)
-    regs.agg_state[i] = AggState.COMPLETE
+        return _AGGREGATED
+    regs.agg_state[i] = _COMPLETE
     return completed
 
 
 def _set_flushed(regs: Registers, i: int, state: AggState) -> None:
-    if state == AggState.FREE:
+    if state == _FREE:
         regs.free(i)
     else:
         regs.agg_state[i] = state
 
 
 def _result(regs: Registers, i: int, pkt: Packet, cfg: JobConfig) -> Packet:
-    return _held(regs, i, pkt.job, pkt.seq, Flag.COMPLETE, cfg.fan_in).replace(kind=Kind.RESULT)
+    return _held(regs, i, pkt.job, pkt.seq, _HELD_COMPLETE, cfg.fan_in, _RESULT)
 
 
 def _static(regs: Registers, cfg: JobConfig, pkt: Packet, sender_port: int) -> Verdict:
     i = pkt.agg_index
     state = regs.agg_state[i]
     held_seq = regs.agg_seq[i]
-    if state != AggState.FREE and pkt.seq < held_seq:
-        return Verdict(Outcome.STALE, drop=DropReason.STALE)
-    if state == AggState.FREE or pkt.seq > held_seq:
-        if pkt.flags & Flag.RAW_FLOAT:
-            return Verdict(Outcome.RAW_BYPASS, (_to_ps(cfg, pkt, Flag.BYPASSED),))
+    if state != _FREE and pkt.seq < held_seq:
+        return _STALE
+    if state == _FREE or pkt.seq > held_seq:
+        if int(pkt.flags) & _RAW_FLOAT:
+            return Verdict(Outcome.RAW_BYPASS, (_to_ps(cfg, pkt, _BYPASSED),))
         _claim(regs, i, pkt, 0)
         if cfg.fan_in > 1:
-            return Verdict(Outcome.CLAIMED)
-        regs.agg_state[i] = AggState.COMPLETE
+            return _CLAIMED
+        regs.agg_state[i] = _COMPLETE
         return Verdict(Outcome.COMPLETED, (ToGroup(cfg.mcast_group, _result(regs, i, pkt, cfg)),))
-    if state == AggState.PARTIAL:
+    if state == _PARTIAL:
         # Build the result lazily: only the packet that completes the slot pays for it.
-        verdict = _on_partial(regs, cfg, pkt, Verdict(Outcome.COMPLETED), AggState.FLUSHED)
-        if verdict.outcome == Outcome.COMPLETED:
+        verdict = _on_partial(regs, cfg, pkt, _COMPLETED, _FLUSHED)
+        if verdict is _COMPLETED:
             result = ToGroup(cfg.mcast_group, _result(regs, i, pkt, cfg))
             return Verdict(Outcome.COMPLETED, (result,))
         return verdict
-    if state == AggState.COMPLETE:
+    if state == _COMPLETE:
         return Verdict(Outcome.RESULT_RESENT, (ToPort(sender_port, _result(regs, i, pkt, cfg)),))
     # FLUSHED: the PS is finishing this sequence; it also answers retransmissions.
-    return Verdict(Outcome.RESEND_TO_PS, (_to_ps(cfg, pkt, Flag.BYPASSED),))
+    return Verdict(Outcome.RESEND_TO_PS, (_to_ps(cfg, pkt, _BYPASSED),))
 
 
 def _shared(
@@ -391,58 +427,59 @@ def _shared(
 ) -> Verdict:
     i = pkt.agg_index
     state = regs.agg_state[i]
-    mine = state != AggState.FREE and regs.agg_job[i] == pkt.job and regs.agg_seq[i] == pkt.seq
-    esa = cfg.policy == Policy.ESA
-    if mine and state == AggState.PARTIAL:
-        verdict = _on_partial(regs, cfg, pkt, Verdict(Outcome.COMPLETED), AggState.FREE)
-        if verdict.outcome == Outcome.COMPLETED:
+    mine = state != _FREE and regs.agg_job[i] == pkt.job and regs.agg_seq[i] == pkt.seq
+    esa = cfg.policy == _ESA
+    if mine and state == _PARTIAL:
+        verdict = _on_partial(regs, cfg, pkt, _COMPLETED, _FREE)
+        if verdict is _COMPLETED:
             return _complete_shared(regs, cfg, pkt, esa)
         return verdict
     if mine:
         # Complete and waiting for the PS round trip (atp): the PS holds the sum and re-sends.
-        return Verdict(Outcome.RESEND_TO_PS, (_to_ps(cfg, pkt, Flag.BYPASSED),))
-    if pkt.flags & Flag.RESEND:
+        return Verdict(Outcome.RESEND_TO_PS, (_to_ps(cfg, pkt, _BYPASSED),))
+    flags = int(pkt.flags)
+    if flags & _RESEND:
         # A retransmission never claims: its sequence may already be (partly) at the PS.
-        return Verdict(Outcome.RESEND_TO_PS, (_to_ps(cfg, pkt, Flag.BYPASSED),))
-    if pkt.flags & Flag.RAW_FLOAT:
-        return Verdict(Outcome.RAW_BYPASS, (_to_ps(cfg, pkt, Flag.BYPASSED),))
+        return Verdict(Outcome.RESEND_TO_PS, (_to_ps(cfg, pkt, _BYPASSED),))
+    if flags & _RAW_FLOAT:
+        return Verdict(Outcome.RAW_BYPASS, (_to_ps(cfg, pkt, _BYPASSED),))
     priority = regs.job_priority[pkt.job]
-    if state == AggState.FREE or (esa and state == AggState.COMPLETE):
+    if state == _FREE or (esa and state == _COMPLETE):
         _claim(regs, i, pkt, priority)
         if cfg.fan_in == 1:
-            regs.agg_state[i] = AggState.COMPLETE
+            regs.agg_state[i] = _COMPLETE
             return _complete_shared(regs, cfg, pkt, esa)
-        return Verdict(Outcome.CLAIMED)
-    if esa and state == AggState.PARTIAL and priority > regs.agg_priority[i]:
+        return _CLAIMED
+    if esa and state == _PARTIAL and priority > regs.agg_priority[i]:
         holder = configs.get(regs.agg_job[i])
         evicted_job = regs.agg_job[i]
         fan_in = holder.fan_in if holder else 0
-        evicted = _held(regs, i, evicted_job, regs.agg_seq[i], Flag.EVICTED, fan_in)
+        evicted = _held(regs, i, evicted_job, regs.agg_seq[i], _HELD_EVICTED, fan_in)
         _claim(regs, i, pkt, priority)
         outputs: tuple[Output, ...] = (ToPort(holder.ps_port, evicted),) if holder else ()
         if cfg.fan_in == 1:
-            regs.agg_state[i] = AggState.COMPLETE
+            regs.agg_state[i] = _COMPLETE
             done = _complete_shared(regs, cfg, pkt, esa)
             return Verdict(Outcome.PREEMPTED, outputs + done.outputs, evicted_job)
         return Verdict(Outcome.PREEMPTED, outputs, evicted_job)
-    return Verdict(Outcome.COLLISION, (_to_ps(cfg, pkt, Flag.BYPASSED | Flag.COLLISION),))
+    return Verdict(Outcome.COLLISION, (_to_ps(cfg, pkt, _BYPASSED_COLLISION),))
 
 
 def _complete_shared(regs: Registers, cfg: JobConfig, pkt: Packet, esa: bool) -> Verdict:
     i = pkt.agg_index
-    to_ps = ToPort(cfg.ps_port, _held(regs, i, pkt.job, pkt.seq, Flag.COMPLETE, cfg.fan_in))
+    to_ps = ToPort(cfg.ps_port, _held(regs, i, pkt.job, pkt.seq, _HELD_COMPLETE, cfg.fan_in))
     if not esa:
         return Verdict(Outcome.COMPLETED, (to_ps,))
     # ESA: the PS already has the sum, so the aggregator is reusable the moment it completes.
-    result = ToGroup(cfg.mcast_group, to_ps.packet.replace(kind=Kind.RESULT))
+    result = ToGroup(cfg.mcast_group, to_ps.packet.replace(kind=_RESULT))
     return Verdict(Outcome.COMPLETED, (result, to_ps))
 
 
 def _ps_result(regs: Registers, cfg: JobConfig, pkt: Packet) -> Verdict:
     i = pkt.agg_index
     if (
-        cfg.policy != Policy.STATIC
-        and regs.agg_state[i] != AggState.FREE
+        cfg.policy != _STATIC
+        and regs.agg_state[i] != _FREE
         and regs.agg_job[i] == pkt.job
         and regs.agg_seq[i] == pkt.seq
     ):
