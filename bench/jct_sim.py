@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import fields
-from typing import Any
+from typing import Any, Literal
 
 from bench.jct_params import BenchParams
 from bench.jct_results import JobOutcome, PolicyRun
@@ -25,6 +25,15 @@ __all__ = ["ideal_jct", "run_policy", "sim_config", "simulator_defaults", "to_po
 _PLOT_POINTS = 4000
 
 
+def _ps_processes(value: str) -> int | Literal["per-job"]:
+    """``"per-job"`` or a process count, as `SimConfig` takes it."""
+    if value == "per-job":
+        return "per-job"
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"ps_processes must be a positive integer or 'per-job', got {value!r}")
+    return int(value)
+
+
 def sim_config(policy: str, params: BenchParams) -> SimConfig:
     """The simulator's configuration for `policy` under `params`."""
     return SimConfig(
@@ -34,9 +43,7 @@ def sim_config(policy: str, params: BenchParams) -> SimConfig:
         window=params.window,
         link_bps=params.link_gbps * 1e9,
         ps_bps=params.ps_gbps * 1e9,
-        ps_processes=int(params.ps_processes)
-        if params.ps_processes.isdigit()
-        else params.ps_processes,
+        ps_processes=_ps_processes(params.ps_processes),
         levels=params.levels,
         aging_s=params.aging_s,
         seed=params.seed,
