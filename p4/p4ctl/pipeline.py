@@ -16,15 +16,9 @@ from __future__ import annotations
 import logging
 import random
 
-import numpy as np
-
 from p4ctl.protocol import (
-    FLAG_BY_VALUE,
-    HEADER,
     HEADER_SIZE,
-    KIND_BY_VALUE,
     MAX_JOBS,
-    VERSION,
     DropReason,
     Flag,
     MalformedPacket,
@@ -43,9 +37,6 @@ log = logging.getLogger(__name__)
 Address = tuple[str, int]
 
 _RAW_FLOAT = int(Flag.RAW_FLOAT)
-_FIXED = np.dtype(">i4")
-_RAW = np.dtype(">f4")
-_NATIVE = {_FIXED: _FIXED.newbyteorder("="), _RAW: _RAW.newbyteorder("=")}
 
 
 class Pipeline:
@@ -74,7 +65,6 @@ class Pipeline:
         self.drop_bytes = [0] * len(DropReason)
         self.drop_rate = drop_rate
         self._loss = random.Random(seed)
-        self._wire_size = HEADER_SIZE + 4 * lanes
         # Keyed by the outcome's value: hashing an Enum member runs Python code.
         self._outcome_cells = {
             outcome.value: [(self.job_packets[n], self.job_bytes[n]) for n in names]
@@ -133,33 +123,7 @@ class Pipeline:
         return sends
 
     def _parse(self, data: bytes) -> Packet | None:
-        """`protocol.decode` for the common case, without its enum calls (a third of the pass
-        in the profile); anything unusual goes through `decode` itself to be dropped."""
-        if len(data) == self._wire_size:
-            head = HEADER.unpack_from(data)
-            kind = KIND_BY_VALUE.get(head[1])  # Kind.GRADIENT is 0: compare with None below
-            flags = FLAG_BY_VALUE.get(head[2])
-            if (
-                head[0] == VERSION
-                and head[10] == self.lanes
-                and kind is not None
-                and flags is not None
-            ):
-                dtype = _RAW if head[2] & _RAW_FLOAT else _FIXED
-                lanes = np.frombuffer(data, dtype, self.lanes, HEADER_SIZE).astype(_NATIVE[dtype])
-                return Packet(
-                    kind,
-                    head[3],
-                    head[4],
-                    head[5],
-                    head[6],
-                    head[7],
-                    flags,
-                    head[8],
-                    head[9],
-                    head[11],
-                    lanes,  # type: ignore[arg-type]  # int32 or float32, as decode gives
-                )
+        """The decoded datagram, or None after counting why it was dropped."""
         try:
             return decode(data, self.lanes)
         except MalformedPacket as exc:
