@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 
@@ -28,6 +29,11 @@ from workers.client import AllreduceClient, open_socket
 from workers.errors import WorkerError
 from workers.rendezvous import join, load_config
 from workers.torch_hook import register
+
+log = logging.getLogger(__name__)
+# The loss curve is this program's output (one JSON line per step on stdout), kept apart from
+# diagnostics so a caller can parse it.
+losses = logging.getLogger(__name__ + ".losses")
 
 __all__ = ["main"]
 
@@ -67,6 +73,16 @@ def _client(args: argparse.Namespace, rank: int) -> AllreduceClient:
     return AllreduceClient(join_info, sock=sock)
 
 
+def _log_to_std_streams() -> None:
+    """Loss lines bare on stdout; everything else (warnings and up) on stderr."""
+    to_stdout = logging.StreamHandler(sys.stdout)
+    to_stdout.setFormatter(logging.Formatter("%(message)s"))
+    losses.addHandler(to_stdout)
+    losses.setLevel(logging.INFO)
+    losses.propagate = False
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Train; returns the exit status (4 when inasched fails, with one line on stderr)."""
     parser = argparse.ArgumentParser(prog="python -m workers.train_example")
@@ -81,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    _log_to_std_streams()
     if args.comm == "inasched" and not (args.config or (args.service and args.token)):
         parser.error("--comm inasched needs --config, or --service, --job and --token")
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
@@ -98,9 +115,9 @@ def main(argv: list[str] | None = None) -> int:
             loss.backward()  # type: ignore[no-untyped-call]
             optimizer.step()
             if rank == 0:
-                print(json.dumps({"step": step, "loss": loss.item()}), flush=True)
+                losses.info(json.dumps({"step": step, "loss": loss.item()}))
     except WorkerError as exc:
-        print(f"train_example: {exc}", file=sys.stderr)
+        log.error("%s", exc)
         return 4
     finally:
         if client is not None:
