@@ -39,8 +39,11 @@ PS process. Assumptions (the fragment-level model in `scheduler.fragsim` makes n
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
 
 from scheduler.config import SimConfig
 
@@ -48,6 +51,12 @@ __all__ = ["CommRate", "FlowJob", "comm_rates"]
 
 _ROUNDS = 40
 _TOL = 1e-4
+_BISECTIONS = 60
+_MIN_STEP = 1 / 64
+# Relative tolerance of a PS delay; well below _TOL, so that the outer iteration can settle.
+_XTOL = 1e-6
+
+Vec = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,182 +111,205 @@ def _static(cfg: SimConfig, jobs: Sequence[FlowJob]) -> dict[int, CommRate]:
     return out
 
 
-def _rates(x: float, q: float, a: float, w: int, fs: float) -> float:
-    """Fragments per second of a worker whose PS-bound fragments wait `x` at the PS."""
-    return min(1 / fs, w / (a + q * x)) if q > 0 else 1 / fs
+def _rates(x: Vec, q: Vec, a: Vec, w: int, fs: float) -> Vec:
+    """Fragments per second of each worker whose PS-bound fragments wait `x` at the PS.
+
+    A job with no PS-bound fragments (``q == 0``) streams at line rate."""
+    windowed = np.where(q > 0, w, np.inf) / (a + q * x)
+    return np.minimum(1 / fs, windowed)
 
 
-def _solve_wait(
-    s: float, fs: float, w: int, group: list[tuple[float, float, float, float, int, float]]
-) -> float:
-    """The queueing delay x of critical packets at one PS process, by bisection.
+@dataclass(frozen=True, slots=True)
+class _PsLoad:
+    """What each job puts on its PS process, per job (arrays aligned with the jobs).
 
-    `group` holds, per job on the process, ``(q, a, c, g, frags, t_fixed)``: share of its
-    fragments that wait for the PS, slot time without queueing, critical and copy packets per
-    fragment, fragments per iteration, and compute + fixed allreduce time. For a given x each
-    job streams at `_rates`, so it communicates a share d of the time; a communicating job
-    sees its own load in full and the others' duty-weighted. ``x = R / (1 - rho_crit)``
-    (Cobham) with ``R = min(1, rho_all) s / 2``: the left side grows with x, the right side
-    shrinks (jobs slow down), so there is one root; windows keep rho_crit below 1.
+    `q`: share of its fragments that wait for the PS; `a`: slot time without queueing; `c`,
+    `g`: critical and copy packets per fragment; `frags`: fragments per iteration; `t_fixed`:
+    compute + fixed allreduce time; `server`: its PS process, numbered 0 .. servers-1, or
+    None when every job has a process of its own (process i serves job i).
     """
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        x = 0.5 * (lo + hi)
-        crit = copies = self_crit = self_all = total_d = 0.0
-        for q, a, c, g, f, t_fixed in group:
-            r = _rates(x, q, a, w, fs)
-            t = f / r + a + q * x
-            d = t / (t + t_fixed)
-            crit += d * c * r
-            copies += d * g * r
-            self_crit += d * (1 - d) * c * r
-            self_all += d * (1 - d) * (c + g) * r
-            total_d += d
-        if total_d > 0:
-            self_crit, self_all = self_crit / total_d, self_all / total_d
-        rho_c = s * (crit + self_crit)
-        rho_all = s * (crit + copies + self_all)
-        rhs = math.inf if rho_c >= 1 else min(1.0, rho_all) * s / 2 / (1 - rho_c)
-        if rhs > x:
-            lo = x
-        else:
-            hi = x
-        if hi - lo < 1e-3 * (lo + 1e-9):
+
+    q: Vec
+    a: Vec
+    c: Vec
+    g: Vec
+    frags: Vec
+    t_fixed: Vec
+    server: npt.NDArray[np.intp] | None
+    servers: int
+
+
+def _cobham(s: float, fs: float, w: int, load: _PsLoad, x: Vec) -> Vec:
+    """Right side of ``x = R / (1 - rho_crit)`` at each process's trial delay `x`.
+
+    Each job streams at `_rates`, so it communicates a share d of the time; a communicating
+    job sees its own load in full and the others' duty-weighted.
+    """
+    srv = load.server
+    xj = x if srv is None else x[srv]
+    r = _rates(xj, load.q, load.a, w, fs)
+    t = load.frags / r + load.a + load.q * xj
+    d = t / (t + load.t_fixed)  # > 0: every process serves at least one job
+    dr = d * r
+    crit_j = dr * load.c
+    copies_j = dr * load.g
+    self_crit_j = (1 - d) * crit_j
+    self_all_j = self_crit_j + (1 - d) * copies_j
+    if srv is None:
+        crit, copies, self_crit, self_all, total_d = crit_j, copies_j, self_crit_j, self_all_j, d
+    else:
+        n = load.servers
+        crit = _sum_by(srv, crit_j, n)
+        copies = _sum_by(srv, copies_j, n)
+        self_crit = _sum_by(srv, self_crit_j, n)
+        self_all = _sum_by(srv, self_all_j, n)
+        total_d = _sum_by(srv, d, n)
+    rho_c = s * (crit + self_crit / total_d)
+    rho_all = s * (crit + copies + self_all / total_d)
+    queued = np.minimum(1.0, rho_all) * (s / 2) / np.maximum(1 - rho_c, 1e-300)
+    return np.where(rho_c >= 1, np.inf, queued)
+
+
+def _solve_wait(s: float, fs: float, w: int, load: _PsLoad, guess: Vec | None = None) -> Vec:
+    """The queueing delay x of critical packets at each PS process, by bisection.
+
+    The left side of ``x = R / (1 - rho_crit)`` (Cobham, ``R = min(1, rho_all) s / 2``)
+    grows with x, the right side (`_cobham`) shrinks as jobs slow down, so each process has
+    one root; windows keep rho_crit below 1. All processes are bisected at once, each to a
+    relative tolerance of `_XTOL`. `guess` (an earlier root) narrows the starting bracket
+    ``[0, 1]`` to within 2% of it when the root lies there, which saves most bisections.
+    """
+    n = load.servers
+    lo, hi = np.zeros(n), np.ones(n)
+    if guess is not None:
+        below, above = 0.98 * guess, 1.02 * guess + 5e-13
+        lo = np.where(_cobham(s, fs, w, load, below) > below, below, lo)
+        hi = np.where(_cobham(s, fs, w, load, above) > above, hi, above)
+    live = ~(hi - lo < _XTOL * (lo + 1e-9))
+    for _ in range(_BISECTIONS):
+        if not live.any():
             break
+        x = 0.5 * (lo + hi)
+        up = _cobham(s, fs, w, load, x) > x
+        lo = np.where(live & up, x, lo)
+        hi = np.where(live & ~up, x, hi)
+        live &= ~(hi - lo < _XTOL * (lo + 1e-9))
     return 0.5 * (lo + hi)
 
 
-def comm_rates(cfg: SimConfig, jobs: Sequence[FlowJob]) -> dict[int, CommRate]:
-    """``{job_id: CommRate}`` for `jobs` contending under ``cfg.policy`` (see module doc)."""
+def comm_rates(
+    cfg: SimConfig,
+    jobs: Sequence[FlowJob],
+    start: Mapping[int, CommRate] | None = None,
+) -> dict[int, CommRate]:
+    """``{job_id: CommRate}`` for `jobs` contending under ``cfg.policy`` (see module doc).
+
+    `start` (optional) seeds the fixed-point iteration with an earlier answer, e.g. the
+    previous set of contending jobs: jobs found there start from their bypass, eviction and
+    PS-wait shares instead of zero, which saves rounds when one job joins or leaves. The
+    answer is the same fixed point either way, to the iteration's tolerance.
+    """
     if cfg.policy == "static":
         return _static(cfg, jobs)
+    if not jobs:
+        return {}
     esa = cfg.policy == "esa"
     fs, rtt, s, detour = cfg.fragment_s, cfg.rtt_s, cfg.ps_fragment_s, cfg.ps_detour_s
     win, n_agg = cfg.window, cfg.pool.aggregators
-    frags = {j.job_id: math.ceil(j.grad_bytes / cfg.payload_bytes) for j in jobs}
-    server = {j.job_id: cfg.ps_of(j.job_id) for j in jobs}
-    skew = {j.job_id: _skew(cfg, j.workers) for j in jobs}
-    level = {j.job_id: (j.priority if esa else 0) for j in jobs}
-    top = max(level.values(), default=0) + 2
-    bypass = {j.job_id: 0.0 for j in jobs}
-    evict = dict(bypass)
-    wait = dict(bypass)
-    spreads = dict(skew)
-    # (t_comm, duty, rate, held, crit/s, copies/s, held complete) per job, previous round.
-    state = {j.job_id: (0.0, 0.0, 1 / fs, 0.0, 0.0, 0.0, 0.0) for j in jobs}
-    claims_above = [0.0] * (top + 1)
+    ids = [j.job_id for j in jobs]
+    n = np.array([j.workers for j in jobs], dtype=np.float64)
+    frags = np.array([math.ceil(j.grad_bytes / cfg.payload_bytes) for j in jobs], np.float64)
+    iter_s = np.array([j.iter_time_s for j in jobs], dtype=np.float64)
+    skew = cfg.worker_skew_s * (n - 1) / (n + 1)
+    servers: dict[int, int] = {}
+    server = np.array([servers.setdefault(cfg.ps_of(i), len(servers)) for i in ids], dtype=np.intp)
+    own = len(servers) == len(ids)  # a process per job, numbered in job order
+    by_server = None if own else server
+    per_server = _sum_by(server, None, len(servers))
+    level = np.array([j.priority if esa else 0 for j in jobs], dtype=np.intp)
+    top = int(level.max()) + 2
+    seen = [start.get(i) for i in ids] if start else [None] * len(ids)
+    bypass = np.array([r.bypass if r else 0.0 for r in seen])
+    evict = np.array([r.evict if r else 0.0 for r in seen])
+    wait = np.array([r.ps_wait_s if r else 0.0 for r in seen])
+    warm = start is not None
+    claims_above = np.zeros(top + 1)
+    # Damped (Mann) iteration on the loss shares. Near PS saturation the map overshoots so
+    # far that a fixed step settles into a 2-cycle; halving the step whenever a round points
+    # back against the round before (an oscillation) restores convergence.
+    step = 0.5
+    pull = np.zeros(2 * len(jobs))
     for _ in range(_ROUNDS):
-        delta = 0.0
-        # One queueing delay per PS process, for the current loss shares.
-        groups: dict[int, list[tuple[float, float, float, float, int, float]]] = {}
-        params = {}
-        for j in jobs:
-            jid, n = j.job_id, j.workers
-            b, e = bypass[jid], evict[jid]
-            lost = b + e
-            q = 1.0 if not esa else lost  # share of fragments whose result comes via the PS
-            c = b * n + e * (n + 1) / 2 + (0.0 if esa else 1.0 - lost)
-            g = 1.0 - lost if esa else 0.0
-            a = rtt + q * detour
-            params[jid] = (q, a, c, g)
-            groups.setdefault(server[jid], []).append(
-                (q, a, c, g, frags[jid], j.iter_time_s + skew[jid])
-            )
-        waits = {k: _solve_wait(s, fs, win, grp) for k, grp in groups.items()}
-        new_state = {}
-        for j in jobs:
-            jid = j.job_id
-            q, a, c, g = params[jid]
-            lost = bypass[jid] + evict[jid]
-            x = waits[server[jid]]
-            delta = max(delta, abs(x - wait[jid]) / (x + detour))
-            wait[jid] = x
-            rate = _rates(x, q, a, win, fs)
-            f = frags[jid]
-            t = f / rate + rtt + q * (detour + x) + skew[jid]
-            # How long a fragment's contributions take to all arrive: the workers' start skew
-            # for the first window of an iteration; after that the leading worker can be at
-            # most its window ahead, and when the window binds every worker sends its next
-            # fragment when the same multicast result arrives, so the spread closes.
-            slot = rtt + q * (detour + x)
-            steady = min(skew[jid], max(0.0, win * fs - slot))
-            spread = (min(f, win) * skew[jid] + max(0, f - win) * steady) / f
-            hold = spread + (0.0 if esa else detour + x)
-            held = rate * (1 - lost) * hold
-            done = held - rate * (1 - lost) * spread  # atp: complete, awaiting the PS result
-            new_state[jid] = (t, t / (t + j.iter_time_s), rate, held, c * rate, g * rate, done)
-            spreads[jid] = spread
-        state = new_state
+        lost = bypass + evict
+        q = lost if esa else np.ones_like(lost)
+        c = bypass * n + evict * (n + 1) / 2 + (0.0 if esa else 1.0 - lost)
+        g = 1.0 - lost if esa else np.zeros_like(lost)
+        a = rtt + q * detour
+        load = _PsLoad(q, a, c, g, frags, iter_s + skew, by_server, len(servers))
+        guess = _sum_by(server, wait, len(servers)) / per_server if warm else None
+        x = _solve_wait(s, fs, win, load, guess)[server]
+        warm = True
+        delta = float(np.max(np.abs(x - wait) / (x + detour)))
+        wait = x
+        rate = _rates(x, q, a, win, fs)
+        slot = rtt + q * (detour + x)
+        t = frags / rate + slot + skew
+        # How long a fragment's contributions take to all arrive: the workers' start skew
+        # for the first window of an iteration; after that the leading worker can be at
+        # most its window ahead, and when the window binds every worker sends its next
+        # fragment when the same multicast result arrives, so the spread closes.
+        steady = np.minimum(skew, np.maximum(0.0, win * fs - slot))
+        spread = (np.minimum(frags, win) * skew + np.maximum(0.0, frags - win) * steady) / frags
+        hold = spread + (0.0 if esa else detour + x)
+        held = rate * (1 - lost) * hold
+        done = held - rate * (1 - lost) * spread  # atp: complete, awaiting the PS result
+        duty = t / (t + iter_s)
         # Time-averaged aggregators held, and claim rates, by priority level (atp: all at 0).
-        held_at = [0.0] * top
-        claims_at = [0.0] * top
-        for j in jobs:
-            _, duty, rate, held, _, _, _ = state[j.job_id]
-            held_at[level[j.job_id]] += duty * held
-            claims_at[level[j.job_id]] += duty * rate * (1 - bypass[j.job_id] - evict[j.job_id])
-        held_ge = [0.0] * (top + 1)
-        claims_above = [0.0] * (top + 1)
-        above = 0.0
-        for lv in range(top - 1, -1, -1):
-            held_ge[lv] = held_ge[lv + 1] + held_at[lv]
-            claims_above[lv] = above
-            above += claims_at[lv]
-        for j in jobs:
-            jid = j.job_id
-            _, duty, _, held, _, _, _ = state[jid]
-            lv = level[jid]
-            b = min(0.95, (held + held_ge[lv] - duty * held) / n_agg)
-            e = 0.0
-            if esa:
-                e = (1 - b) * (1 - math.exp(-claims_above[lv] * spreads[jid] / n_agg))
-            nb = 0.5 * bypass[jid] + 0.5 * b
-            ne = 0.5 * evict[jid] + 0.5 * e
-            delta = max(delta, abs(nb - bypass[jid]) + abs(ne - evict[jid]))
-            bypass[jid], evict[jid] = nb, ne
+        held_at = _sum_by(level, duty * held, top)
+        claims_at = _sum_by(level, duty * rate * (1 - lost), top)
+        held_ge = np.append(np.cumsum(held_at[::-1])[::-1], 0.0)
+        claims_above = np.append(_above(claims_at), 0.0)
+        b = np.minimum(0.95, (held + held_ge[level] - duty * held) / n_agg)
+        e = (1 - b) * (1 - np.exp(-claims_above[level] * spread / n_agg)) if esa else 0.0 * b
+        new_pull = np.concatenate((b - bypass, e - evict))
+        if float(new_pull @ pull) < 0:
+            step = max(step / 2, _MIN_STEP)
+        pull = new_pull
+        delta = max(delta, step * float(np.max(np.abs(b - bypass) + np.abs(e - evict))))
+        bypass, evict = bypass + step * (b - bypass), evict + step * (e - evict)
         if delta < _TOL:
             break
-    return _finish(jobs, frags, state, bypass, evict, wait, level, claims_above, esa)
-
-
-def _finish(
-    jobs: Sequence[FlowJob],
-    frags: dict[int, int],
-    state: dict[int, tuple[float, float, float, float, float, float, float]],
-    bypass: dict[int, float],
-    evict: dict[int, float],
-    wait: dict[int, float],
-    level: dict[int, int],
-    claims_above: list[float],
-    esa: bool,
-) -> dict[int, CommRate]:
     # Evictions a job suffers per second, shared among the higher jobs by their claim rates.
-    suffered_at: dict[int, float] = {}
-    for j in jobs:
-        t = state[j.job_id][0]
-        per_s = evict[j.job_id] * frags[j.job_id] / (t + j.iter_time_s)
-        suffered_at[level[j.job_id]] = suffered_at.get(level[j.job_id], 0.0) + per_s
-    out = {}
-    for j in jobs:
-        jid = j.job_id
-        t, duty, rate, held, crit, copies, complete = state[jid]
-        lost = bypass[jid] + evict[jid]
-        caused = 0.0
-        if esa:
-            mine = duty * rate * (1 - lost)
-            for lv, per_s in suffered_at.items():
-                if lv < level[jid] and claims_above[lv] > 0:
-                    caused += per_s * mine / claims_above[lv]
-        out[jid] = CommRate(
-            t,
-            bypass[jid],
-            evict[jid],
-            caused,
-            duty,
-            held - complete,
-            complete,
+    suffered_at = _sum_by(level, evict * frags / (t + iter_s), top + 1)
+    caused = np.zeros(len(jobs))
+    if esa:
+        share = np.divide(suffered_at, claims_above, out=np.zeros(top + 1), where=claims_above > 0)
+        below = np.concatenate(([0.0], np.cumsum(share)))  # below[L]: levels < L
+        caused = duty * rate * (1 - bypass - evict) * below[level]
+    return {
+        jid: CommRate(
+            float(t[i]),
+            float(bypass[i]),
+            float(evict[i]),
+            float(caused[i]),
+            float(duty[i]),
+            float(held[i] - done[i]),
+            float(done[i]),
             0.0,
-            wait[jid],
-            duty * crit,
-            duty * copies,
+            float(wait[i]),
+            float(duty[i] * c[i] * rate[i]),
+            float(duty[i] * g[i] * rate[i]),
         )
-    return out
+        for i, jid in enumerate(ids)
+    }
+
+
+def _sum_by(index: npt.NDArray[np.intp], weights: Vec | None, n: int) -> Vec:
+    """``out[k]`` = sum of `weights` (1 each when None) where `index` is k, for k < n."""
+    return np.bincount(index, weights, n).astype(np.float64, copy=False)
+
+
+def _above(per_level: Vec) -> Vec:
+    """``out[lv]`` = sum of `per_level` over the levels strictly above `lv`."""
+    total = np.cumsum(per_level[::-1])[::-1]
+    return np.append(total[1:], 0.0)

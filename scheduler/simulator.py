@@ -53,7 +53,7 @@ def simulate(jobs: Sequence[JobSpec], cfg: SimConfig) -> RunResult:
         if new_key != key:
             key = new_key
             flows = [_flow(r) for r in active]
-            rates = comm_rates(cfg, flows)
+            rates = comm_rates(cfg, flows, start=rates)
         now = clock.now()
         t_next = pending[0].arrival_s if pending else math.inf
         for rec in active:
