@@ -4,6 +4,12 @@ The pool is N aggregators of k lanes each. A ``static`` job owns a `Partition` o
 slots, each slot two aggregators (SwitchML's shadow copy keeps the previous result readable
 while the next sequence aggregates), so it covers aggregators
 ``base .. base + 2 * slots - 1``. ``atp``/``esa`` jobs share the whole pool.
+
+``slots`` is a power of two. The switch checks that fragment ``seq`` uses slot
+``seq mod slots`` of copy ``(seq div slots) mod 2``, and a switch ALU cannot divide by a
+table value: with a power of two both are bit masks (``p4/PROTOCOL.md`` section 3).
+`partition_slots` gives the slots for a job's window (the next power of two, so a job always
+gets at least the window it asked for) and `first_fit` hands out nothing else.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ __all__ = [
     "Pool",
     "check_transition",
     "first_fit",
+    "partition_slots",
 ]
 
 # Tofino gives 64 lanes of 32 bits per pipeline pass (see p4ctl.protocol.SUPPORTED_LANES).
@@ -52,7 +59,11 @@ class Pool:
 
 @dataclass(frozen=True, slots=True)
 class Partition:
-    """A static job's private range: `slots` slots of two copies from aggregator `base`."""
+    """A static job's private range: `slots` slots of two copies from aggregator `base`.
+
+    `first_fit` and `MemoryMap.reserve` only accept a power-of-two `slots`; the value itself
+    does not check, so that a row stored before that rule still loads.
+    """
 
     base: int
     slots: int
@@ -71,8 +82,29 @@ class Partition:
         return self.base < other.end and other.base < self.end
 
 
+def partition_slots(window: int) -> int:
+    """Slots of a static partition for `window` fragments in flight: the smallest power of two
+    that is at least `window` (100 -> 128, 128 -> 128); raises ValueError below 1."""
+    if window < 1:
+        raise ValueError(f"a window has at least one fragment in flight, got {window}")
+    return 1 << (window - 1).bit_length()
+
+
+def _is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
 def first_fit(pool: Pool, taken: Iterable[Partition], slots: int) -> Partition | None:
-    """The lowest-addressed free range of `slots` slots, or None when none is large enough."""
+    """The lowest-addressed free range of `slots` slots, or None when none is large enough.
+
+    `slots` must be a power of two (`partition_slots`), else ValueError: the switch could not
+    check the placement of such a partition.
+    """
+    if not _is_power_of_two(slots):
+        raise ValueError(
+            f"a static partition has a power-of-two number of slots, got {slots}; "
+            "round a window up with partition_slots"
+        )
     need = COPIES_PER_SLOT * slots
     cursor = 0
     for part in sorted(taken, key=lambda p: p.base):
@@ -90,9 +122,15 @@ class MemoryMap:
         self._parts: dict[int, Partition] = {}
 
     def reserve(self, job_id: int, part: Partition) -> None:
-        """Record `part` for `job_id`; raises `MemoryConflict` on overlap or overflow."""
+        """Record `part` for `job_id`; raises `MemoryConflict` on overlap, overflow or a slot
+        count that is not a power of two."""
         if part.base < 0 or part.slots < 1 or part.end > self.pool.aggregators:
             raise MemoryConflict(f"job {job_id}: {part} is outside a pool of {self.pool}")
+        if not _is_power_of_two(part.slots):
+            raise MemoryConflict(
+                f"job {job_id}: {part} has {part.slots} slots, not a power of two; the switch "
+                "cannot check its placement"
+            )
         for other_id, other in self._parts.items():
             if other_id != job_id and other.overlaps(part):
                 raise MemoryConflict(f"job {job_id}: {part} overlaps job {other_id}'s {other}")

@@ -10,14 +10,20 @@ control FragmentCheck(inout headers_t hdr, inout metadata_t meta) {
     }
 
     apply {
+        // rule.static_index: slot seq mod part_size, shadow (seq div part_size) mod 2,
+        // index part_base + shadow * part_size + slot. A switch ALU cannot divide by a
+        // table value (p4c rejects a run-time / or %), so part_size is a power of two and
+        // both are masks: the slot is seq & (part_size - 1), the shadow bit is the bit of
+        // seq that part_size is. Any other part_size (0 included) leaves a static job no
+        // valid index, as in the Python rule; the control plane never installs one.
         bit<32> size = meta.cfg.part_size;
-        // The static copy a packet names: shadow 0 is the partition's first
-        // part_size aggregators, shadow 1 the next part_size.
-        bit<32> copy_base = meta.cfg.part_base;
-        if (hdr.agg.shadow == 1) {
-            copy_base = meta.cfg.part_base + size;
+        bit<32> mask = size - 1;
+        bit<32> static_index = meta.cfg.part_base + (hdr.agg.seq & mask);
+        bit<8> static_shadow = 0;
+        if ((hdr.agg.seq & size) != 0) {
+            static_index = static_index + size;
+            static_shadow = 1;
         }
-        bit<32> slot = hdr.agg.agg_index - copy_base;
 
         if (hdr.agg.kind == KIND_PS_RESULT) {
             if (hdr.agg.worker != PS_WORKER_ID) {
@@ -37,19 +43,9 @@ control FragmentCheck(inout headers_t hdr, inout metadata_t meta) {
         } else if (hdr.agg.agg_index >= AGGREGATORS) {
             reject(DROP_BAD_AGG_INDEX);
         } else if (meta.cfg.policy == POLICY_STATIC) {
-            // rule.static_index is seq mod part_size and (seq div part_size) mod 2.
-            // Switch ALUs cannot divide by a table value (p4c rejects a run-time
-            // / or %), so this is exact only for a power-of-two part_size, where
-            // both are masks; otherwise it checks that the index lies in the copy
-            // the shadow bit names (p4/README.md, known gaps).
-            if (size == 0 || hdr.agg.shadow > 1 || hdr.agg.agg_index < copy_base
-                    || slot >= size) {
+            if (size == 0 || (size & mask) != 0 || hdr.agg.agg_index != static_index
+                    || hdr.agg.shadow != static_shadow) {
                 reject(DROP_BAD_AGG_INDEX);
-            } else if ((size & (size - 1)) == 0) {
-                if ((hdr.agg.seq & (size - 1)) != slot
-                        || ((hdr.agg.seq & size) != 0) != (hdr.agg.shadow == 1)) {
-                    reject(DROP_BAD_AGG_INDEX);
-                }
             }
         }
     }

@@ -19,7 +19,7 @@ from typing import Protocol, runtime_checkable
 from p4ctl.errors import SwitchError, UpdateError, WriteFailed
 from p4ctl.pipeline import Address, Pipeline
 from p4ctl.protocol import MAX_JOBS, MAX_WORKERS, PS_WORKER_ID, AggState, DropReason, Policy
-from p4ctl.rule import JOB_COUNTERS, JobConfig, Registers
+from p4ctl.rule import JOB_COUNTERS, JobConfig, Registers, is_power_of_two
 
 __all__ = [
     "Endpoint",
@@ -68,8 +68,12 @@ class JobInstall:
             raise ValueError(f"switch job id {self.job_id} outside 0..{MAX_JOBS - 1}")
         if not 1 <= self.fan_in <= MAX_WORKERS:
             raise ValueError(f"fan_in {self.fan_in} outside 1..{MAX_WORKERS} (bitmap width)")
-        if self.policy == Policy.STATIC and self.part_size <= 0:
-            raise ValueError("a static job needs part_size > 0 (its private slots)")
+        if self.policy == Policy.STATIC and not is_power_of_two(self.part_size):
+            raise ValueError(
+                f"a static job needs a part_size that is a power of two (its private slots; "
+                f"the switch checks placement with masks), got {self.part_size}; "
+                "scheduler.memory.partition_slots rounds a window up to one"
+            )
         if not 0 <= self.priority <= 255:
             raise ValueError(f"priority {self.priority} outside 0..255 (8-bit register)")
 

@@ -49,6 +49,7 @@ __all__ = [
     "Verdict",
     "check",
     "hashed_index",
+    "is_power_of_two",
     "process",
     "static_index",
 ]
@@ -59,7 +60,8 @@ class JobConfig:
     """One entry of the switch's job table.
 
     `part_base`/`part_size` describe a static job's partition: `part_size` slots of two copies
-    each, so aggregators ``part_base .. part_base + 2 * part_size - 1``.
+    each, so aggregators ``part_base .. part_base + 2 * part_size - 1``. `part_size` is a power
+    of two (`static_index`); the other policies ignore both.
     """
 
     job_id: int
@@ -223,15 +225,29 @@ _STALE = Verdict(Outcome.STALE, drop=DropReason.STALE)
 # ---------------------------------------------------------------------------- placement
 
 
+def is_power_of_two(n: int) -> bool:
+    """Whether `n` is 1, 2, 4, ...: the only static partition sizes the switch can check."""
+    return n > 0 and n & (n - 1) == 0
+
+
 def static_index(cfg: JobConfig, seq: int) -> tuple[int, int]:
     """``(aggregator index, shadow bit)`` of fragment `seq` in a static job's partition.
 
     Slot ``seq mod size``; the copy alternates with every reuse of the slot, so the previous
-    result stays readable while the next sequence aggregates in the other copy.
+    result stays readable while the next sequence aggregates in the other copy. A switch ALU
+    cannot divide by a table value, so the P4 program (``fragment_check.p4``) computes both
+    with masks, and so does this function: `part_size` must be a power of two, else
+    ValueError (the scheduler only hands out such partitions, ``scheduler.memory``).
     """
-    slot = seq % cfg.part_size
-    shadow = (seq // cfg.part_size) & 1
-    return cfg.part_base + shadow * cfg.part_size + slot, shadow
+    size = cfg.part_size
+    if not is_power_of_two(size):
+        raise ValueError(
+            f"job {cfg.job_id}: static part_size {size} is not a power of two; the switch "
+            "checks seq mod part_size with a mask (p4/PROTOCOL.md section 3)"
+        )
+    slot = seq & (size - 1)
+    shadow = 1 if seq & size else 0
+    return cfg.part_base + shadow * size + slot, shadow
 
 
 def hashed_index(seed: int, seq: int, pool: int) -> int:
@@ -270,7 +286,10 @@ def check(pkt: Packet, cfg: JobConfig | None, aggregators: int) -> DropReason | 
     if pkt.bitmap != 1 << worker:
         return DropReason.BAD_BITMAP
     if cfg.policy == _STATIC:
-        if cfg.part_size <= 0 or (pkt.agg_index, pkt.shadow) != static_index(cfg, pkt.seq):
+        # A partition that is not a power of two (or empty) has no slot the switch can check.
+        if not is_power_of_two(cfg.part_size):
+            return DropReason.BAD_AGG_INDEX
+        if (pkt.agg_index, pkt.shadow) != static_index(cfg, pkt.seq):
             return DropReason.BAD_AGG_INDEX
         if pkt.agg_index >= aggregators:
             return DropReason.BAD_AGG_INDEX

@@ -20,7 +20,7 @@ from p4.v1 import p4runtime_pb2 as p4rt
 
 from p4ctl.pipeline import Pipeline
 from p4ctl.protocol import MAX_WORKERS, Policy
-from p4ctl.rule import JOB_COUNTERS, JobConfig, Registers
+from p4ctl.rule import JOB_COUNTERS, JobConfig, Registers, is_power_of_two
 
 __all__ = ["Entities", "EntityError", "decode_value", "encode_value"]
 
@@ -205,11 +205,19 @@ class Entities:
                 f"job {job}: fan_in {v['fan_in']} outside 1..{MAX_WORKERS}",
             )
         policy = Policy(v["policy"])
-        end = v["part_base"] + 2 * v["part_size"]
-        if policy == Policy.STATIC and (v["part_size"] == 0 or end > self.pipeline.aggregators):
+        base, size = v["part_base"], v["part_size"]
+        if policy == Policy.STATIC and not is_power_of_two(size):
+            # The P4 program would drop every fragment of such a job as BAD_AGG_INDEX
+            # (fragment_check.p4): refuse the entry instead of accepting a dead job.
             raise EntityError(
                 code_pb2.INVALID_ARGUMENT,
-                f"job {job}: static partition {v['part_base']}+2x{v['part_size']} "
+                f"job {job}: static part_size {size} is not a power of two (the switch checks "
+                "seq mod part_size with a mask)",
+            )
+        if policy == Policy.STATIC and base + 2 * size > self.pipeline.aggregators:
+            raise EntityError(
+                code_pb2.INVALID_ARGUMENT,
+                f"job {job}: static partition {base}+2x{size} "
                 f"does not fit {self.pipeline.aggregators} aggregators",
             )
         return JobConfig(

@@ -22,7 +22,7 @@ from p4ctl.protocol import (
     decode,
     encode,
 )
-from p4ctl.rule import Registers, ToGroup, check, process
+from p4ctl.rule import Registers, ToGroup, check, process, static_index
 from p4ctl.softswitch import SoftSwitch
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
@@ -68,6 +68,27 @@ def test_vectors_cover_every_case_of_every_policy() -> None:
     } <= covered
     dropped = {s["expect"].get("drop") for v in VECTORS for s in v.steps if "send" in s}
     assert {r.name.lower() for r in DropReason} - dropped == {"injected_loss"}
+
+
+def test_vectors_drop_a_wrong_slot_inside_the_copy_the_shadow_bit_names() -> None:
+    # The case only an exact (mask) index check catches: the copy and the shadow bit agree with
+    # seq, the slot does not.
+    found = []
+    for vector in VECTORS:
+        for step in vector.steps:
+            origin = sender(step) if "send" in step else None
+            cfg = vector.jobs.get(origin[0]) if origin else None
+            if cfg is None or cfg.policy != Policy.STATIC:
+                continue
+            spec = step["send"]["packet"]
+            seq, index, shadow = spec.get("seq", 0), spec.get("agg_index", 0), spec.get("shadow", 0)
+            right_index, right_shadow = static_index(cfg, seq)
+            copy = cfg.part_base + shadow * cfg.part_size
+            in_named_copy = copy <= index < copy + cfg.part_size
+            if shadow == right_shadow and in_named_copy and index != right_index:
+                assert step["expect"].get("drop") == "bad_agg_index", step["case"]
+                found.append(step["case"])
+    assert found
 
 
 # ---------------------------------------------------------------------------- against the rule

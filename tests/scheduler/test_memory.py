@@ -5,7 +5,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.errors import IllegalTransition, MemoryConflict
-from scheduler.memory import JobState, MemoryMap, Partition, Pool, check_transition, first_fit
+from scheduler.memory import (
+    JobState,
+    MemoryMap,
+    Partition,
+    Pool,
+    check_transition,
+    first_fit,
+    partition_slots,
+)
 
 
 def test_partition_covers_two_copies_per_slot() -> None:
@@ -17,7 +25,21 @@ def test_partition_covers_two_copies_per_slot() -> None:
 def test_first_fit_finds_the_lowest_hole() -> None:
     taken = [Partition(0, 2), Partition(8, 2)]
     assert first_fit(Pool(16), taken, 2) == Partition(4, 2)
-    assert first_fit(Pool(16), taken, 3) is None
+    assert first_fit(Pool(16), taken, 4) is None
+
+
+@pytest.mark.parametrize(("window", "slots"), [(1, 1), (2, 2), (3, 4), (100, 128), (128, 128)])
+def test_partition_slots_round_a_window_up_to_a_power_of_two(window: int, slots: int) -> None:
+    assert partition_slots(window) == slots
+
+
+def test_first_fit_and_reserve_refuse_a_partition_the_switch_cannot_check() -> None:
+    with pytest.raises(ValueError, match="power-of-two"):
+        first_fit(Pool(16), [], 3)
+    with pytest.raises(MemoryConflict, match="not a power of two"):
+        MemoryMap(Pool(16)).reserve(1, Partition(0, 3))
+    with pytest.raises(ValueError, match="at least one"):
+        partition_slots(0)
 
 
 def test_reserve_refuses_overlap_and_release_is_idempotent() -> None:
@@ -44,10 +66,10 @@ def test_partitions_never_overlap_and_capacity_is_never_exceeded(
 ) -> None:
     pool = Pool(64)
     mem = MemoryMap(pool)
-    for reserve, job, slots in ops:
+    for reserve, job, window in ops:
         if reserve and job not in mem.partitions():
             others = [p for j, p in mem.partitions().items() if j != job]
-            part = first_fit(pool, others, slots)
+            part = first_fit(pool, others, partition_slots(window))
             if part is not None:
                 mem.reserve(job, part)
         else:

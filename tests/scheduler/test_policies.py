@@ -38,6 +38,21 @@ def test_static_rejects_a_window_larger_than_the_pool() -> None:
     assert isinstance(decision, Reject) and "smaller window" in decision.reason
 
 
+def test_static_rounds_a_window_up_to_a_power_of_two_partition() -> None:
+    s = Scheduler("static", pool=Pool(512))
+    (admit,) = s.decide(s.snapshot(0.0, [view(1, window=100)]))
+    assert isinstance(admit, Admit) and admit.partition is not None
+    assert (admit.partition.base, admit.partition.slots) == (0, 128)
+
+
+def test_static_rejection_names_the_rounded_partition_and_a_window_that_fits() -> None:
+    # 9 slots would fit 18 aggregators, but the switch needs 16 slots (32 aggregators).
+    s = Scheduler("static", pool=Pool(18))
+    (decision,) = s.decide(s.snapshot(0.0, [view(1, window=9)]))
+    assert isinstance(decision, Reject)
+    assert "16 slots" in decision.reason and "at most 8" in decision.reason
+
+
 def test_shared_policies_admit_everyone_with_a_seeded_hash() -> None:
     for name in ("atp", "esa"):
         s = Scheduler(name, pool=Pool(8), seed=7)
@@ -90,7 +105,7 @@ def test_aggregator_params_for_static_and_shared_jobs() -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 20), st.booleans()), min_size=1, max_size=30))
-def test_static_admissions_never_overlap_or_exceed_the_pool(
+def test_static_partitions_are_powers_of_two_that_never_overlap_or_exceed_the_pool(
     arrivals: list[tuple[int, bool]],
 ) -> None:
     s = Scheduler("static", pool=Pool(96))
@@ -106,6 +121,8 @@ def test_static_admissions_never_overlap_or_exceed_the_pool(
             job = jobs[d.job_id]
             if isinstance(d, Admit):
                 assert d.partition is not None
+                slots = d.partition.slots
+                assert slots & (slots - 1) == 0 and slots >= job.window
                 mem.reserve(d.job_id, d.partition)  # raises on any overlap or overflow
                 jobs[d.job_id] = replace(job, state=RUN, partition=d.partition)
             elif isinstance(d, Reclaim):
