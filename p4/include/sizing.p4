@@ -41,7 +41,8 @@
 
 // The one clone session: every clone is recirculated and routed by the job
 // table on its next pass, so the session's own port is never used and one
-// session serves every job (the control plane installs it once).
+// session serves every job (p4ctl.p4info.CLONE_SESSION; SwitchClient installs
+// it with its first job).
 #define CLONE_SESSION 1
 
 // Index of the @field_list that survives a clone or a recirculation: the

@@ -12,7 +12,9 @@ mapped onto `p4ctl.errors`::
     client.close()
 
 What the switch holds is the truth: the client reads the port table, the worker table and the
-job table when it connects, so a restarted service resumes with the switch as it left it.
+job table when it connects, so a restarted service resumes with the switch as it left it. The
+first `install_job` of a client also installs (or rewrites) clone session `CLONE_SESSION`, which
+the P4 program's two-packet cases need.
 """
 
 from __future__ import annotations
@@ -45,18 +47,22 @@ from p4ctl.errors import (
     UpdateError,
     WriteFailed,
 )
-from p4ctl.p4info import DEFAULT_AGGREGATORS, DEFAULT_LANES, Sizing, build_p4info
+from p4ctl.p4info import CLONE_SESSION, DEFAULT_AGGREGATORS, DEFAULT_LANES, Sizing, build_p4info
 from p4ctl.p4rt_service import first_difference
 from p4ctl.protocol import MAX_JOBS, PS_WORKER_ID, AggState, DropReason
 from p4ctl.rule import JOB_COUNTERS
 
-__all__ = ["SwitchClient"]
+__all__ = ["CLONE_PORT", "SwitchClient"]
 
 log = logging.getLogger(__name__)
 
 INSERT, MODIFY, DELETE = p4rt.Update.INSERT, p4rt.Update.MODIFY, p4rt.Update.DELETE
 # A worker-table key: (job, worker) -> (dotted host, udp port, switch port).
 SourceEntry = tuple[str, int, int]
+# The clone session's one replica. Every clone is recirculated in egress before it would be
+# sent (egress_rewrite.p4), so it never leaves on this port; port 0 is the port `PortMap` never
+# gives an endpoint, so a clone that did leave would reach no host.
+CLONE_PORT = 0
 
 
 class SwitchClient:
@@ -79,6 +85,8 @@ class SwitchClient:
     ) -> None:
         self.address = address
         self._lock = threading.RLock()
+        # Written with the first install_job, not on connect: a backup controller may not write.
+        self._clone_session_installed = False
         self._shell = _connect(device_id, address, election_id)
         try:
             info = self._pipeline(aggregators, lanes, device_config)
@@ -94,6 +102,10 @@ class SwitchClient:
 
     def install_job(self, job: JobInstall) -> None:
         with self._lock:
+            if not self._clone_session_installed:
+                # Switch-wide, and before the first job's packets can need it.
+                self._upsert([self._clone_session_entry()])
+                self._clone_session_installed = True
             address = job.ps.address()
             ps_port, _ = self._ports.assign(address)
             cfg = job_config(job, ps_port)
@@ -341,6 +353,14 @@ class SwitchClient:
             )
             for port in ports:
                 group.replicas.add(egress_port=port, instance=0)
+        return entity
+
+    @staticmethod
+    def _clone_session_entry() -> p4rt.Entity:
+        entity = p4rt.Entity()
+        session = entity.packet_replication_engine_entry.clone_session_entry
+        session.session_id = CLONE_SESSION
+        session.replicas.add(egress_port=CLONE_PORT, instance=0)
         return entity
 
     def _release_ports(self) -> None:

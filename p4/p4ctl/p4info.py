@@ -21,10 +21,12 @@ from p4ctl.protocol import MAX_JOBS, DropReason
 from p4ctl.rule import JOB_COUNTERS, Registers
 
 __all__ = [
+    "CLONE_SESSION",
+    "COMMITTED_P4INFO",
     "DEFAULT_AGGREGATORS",
     "DEFAULT_LANES",
     "MAX_PORTS",
-    "COMMITTED_P4INFO",
+    "PORT_BITS",
     "Sizing",
     "build_p4info",
     "p4info_text",
@@ -38,6 +40,9 @@ PORT_BITS = 9
 MAX_PORTS = 511
 # One entry per (job, worker) plus each job's PS.
 WORKER_TABLE_SIZE = MAX_JOBS * 33
+# The one clone session the P4 program clones to (sizing.p4's CLONE_SESSION): not in the P4Info,
+# so the control plane must install it as a PRE entry (p4/README.md).
+CLONE_SESSION = 1
 
 COMMITTED_P4INFO = Path(__file__).resolve().parent.parent / "build" / "inasched.p4info.txtpb"
 
@@ -154,7 +159,7 @@ def build_p4info(sizing: Sizing = Sizing()) -> p4info_pb2.P4Info:
 
 def p4info_text(sizing: Sizing = Sizing()) -> str:
     """`build_p4info` as protobuf text format (what is committed)."""
-    return text_format.MessageToString(build_p4info(sizing))
+    return str(text_format.MessageToString(build_p4info(sizing)))
 
 
 def main(argv: list[str] | None = None) -> int:

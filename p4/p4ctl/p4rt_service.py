@@ -2,11 +2,12 @@
 
 Supported: Capabilities; Set/GetForwardingPipelineConfig (only the inasched P4Info for this
 switch's sizing is accepted; anything else is refused with INVALID_ARGUMENT naming the first
-difference); Write/Read of table entries, registers, counters and multicast groups
-(`p4ctl.tables`); StreamChannel with primary election: the stream with the highest election id
-is primary, and a Write or pipeline change whose election id is not the primary's is refused
-with PERMISSION_DENIED. Per-update Write errors travel as P4Runtime specifies: status UNKNOWN
-with a ``google.rpc.Status`` of one ``p4.v1.Error`` per update in the trailing metadata.
+difference); Write/Read of table entries, registers, counters, multicast groups and clone
+session `CLONE_SESSION` (`p4ctl.tables`); StreamChannel with primary election: the stream with
+the highest election id is primary, and a Write or pipeline change whose election id is not the
+primary's is refused with PERMISSION_DENIED. Per-update Write errors travel as P4Runtime
+specifies: status UNKNOWN with a ``google.rpc.Status`` of one ``p4.v1.Error`` per update in the
+trailing metadata.
 """
 
 from __future__ import annotations

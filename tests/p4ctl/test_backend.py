@@ -6,11 +6,15 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 
+import grpc
 import numpy as np
 import pytest
+from p4.v1 import p4runtime_pb2 as p4rt
+from p4.v1 import p4runtime_pb2_grpc
 from p4ctl.backend import Endpoint, InMemorySwitch, JobInstall, SwitchBackend
-from p4ctl.client import SwitchClient
+from p4ctl.client import CLONE_PORT, SwitchClient
 from p4ctl.errors import PipelineMismatch, SwitchUnavailable, WriteFailed
+from p4ctl.p4info import CLONE_SESSION
 from p4ctl.protocol import AggState, Kind, Packet, Policy, decode, encode
 from p4ctl.softswitch import SoftSwitch
 
@@ -117,6 +121,32 @@ def test_client_resumes_what_a_previous_client_installed(soft_switch: SoftSwitch
         assert second.installed_jobs() == {2}
         second.remove_job(2)
         assert soft_switch.pipeline.endpoints == {}
+
+
+def _clone_sessions(address: str) -> list[p4rt.CloneSessionEntry]:
+    """Every clone session the switch holds, read over P4Runtime (no election: reads need none)."""
+    query = p4rt.Entity()
+    query.packet_replication_engine_entry.clone_session_entry.SetInParent()
+    with grpc.insecure_channel(address) as channel:
+        stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
+        replies = stub.Read(p4rt.ReadRequest(device_id=0, entities=[query]), timeout=10)
+        entities = [e for reply in replies for e in reply.entities]
+    return [e.packet_replication_engine_entry.clone_session_entry for e in entities]
+
+
+def test_client_installs_the_clone_session_idempotently(soft_switch: SoftSwitch) -> None:
+    address = soft_switch.p4runtime_address
+    with SwitchClient(address, aggregators=256, lanes=64) as first:
+        assert _clone_sessions(address) == []  # installed with the first job, not on connect
+        first.install_job(JobInstall(1, Policy.ESA, 2, ps=PS))
+        first.install_job(JobInstall(2, Policy.STATIC, 1, 0, 4, ps=PS))
+        (session,) = _clone_sessions(address)
+        assert session.session_id == CLONE_SESSION
+        assert [(r.egress_port, r.instance) for r in session.replicas] == [(CLONE_PORT, 0)]
+    # A restarted service finds it installed; its first install_job rewrites it in place.
+    with SwitchClient(address) as second:
+        second.install_job(JobInstall(3, Policy.ATP, 1, ps=PS))
+        assert _clone_sessions(address) == [session]
 
 
 def test_client_refuses_a_switch_of_another_sizing(soft_switch: SoftSwitch) -> None:

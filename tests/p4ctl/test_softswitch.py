@@ -9,8 +9,9 @@ import grpc
 import numpy as np
 import pytest
 from p4.v1 import p4runtime_pb2 as p4rt
-from p4ctl.client_codec import P4Names, addr_int
-from p4ctl.p4info import Sizing, build_p4info
+from p4ctl.client_codec import P4Names, addr_int, write_errors
+from p4ctl.errors import UpdateError
+from p4ctl.p4info import CLONE_SESSION, Sizing, build_p4info
 from p4ctl.protocol import DropReason, Kind, Packet, encode
 from p4ctl.softswitch import SoftSwitch, main, parse_address
 from p4runtime_sh.p4runtime import P4RuntimeClient
@@ -75,6 +76,79 @@ def test_shell_client_sets_pipeline_and_round_trips_entities(soft_switch: SoftSw
         query.packet_replication_engine_entry.multicast_group_entry.multicast_group_id = 5
         assert _read(shell, query) == [group]
         assert soft_switch.pipeline.groups == {5: (3, 4)}
+    finally:
+        shell.tear_down()
+
+
+def _clone_session(session_id: int = CLONE_SESSION, port: int = 3) -> p4rt.Entity:
+    entity = p4rt.Entity()
+    session = entity.packet_replication_engine_entry.clone_session_entry
+    session.session_id = session_id
+    session.replicas.add(egress_port=port, instance=0)
+    return entity
+
+
+def _refusal(shell: P4RuntimeClient, entity: p4rt.Entity, op: int) -> UpdateError:
+    """The one per-update error of a Write of `entity` that the switch refuses."""
+    request = p4rt.WriteRequest(device_id=0)
+    request.election_id.high, request.election_id.low = shell.election_id
+    request.updates.add(type=op, entity=entity)
+    with pytest.raises(grpc.RpcError) as refused:
+        shell.stub.Write(request)
+    (error,) = write_errors(refused.value) or []
+    return error
+
+
+def test_clone_session_is_stored_read_back_modified_and_deleted(soft_switch: SoftSwitch) -> None:
+    shell = P4RuntimeClient(0, soft_switch.p4runtime_address, (0, 1))
+    try:
+        _set_pipeline(shell)
+        session = _clone_session()
+        _write(shell, session)
+        query = p4rt.Entity()
+        query.packet_replication_engine_entry.clone_session_entry.session_id = CLONE_SESSION
+        assert _read(shell, query) == [session]
+        assert _refusal(shell, session, p4rt.Update.INSERT).code == "ALREADY_EXISTS"
+        # A PRE read with no type set selects groups and sessions alike.
+        group = p4rt.Entity()
+        group.packet_replication_engine_entry.multicast_group_entry.multicast_group_id = 2
+        _write(shell, group)
+        everything = p4rt.Entity()
+        everything.packet_replication_engine_entry.SetInParent()
+        assert _read(shell, everything) == [group, session]
+        moved = _clone_session(port=4)
+        _write(shell, moved, p4rt.Update.MODIFY)
+        wildcard = p4rt.Entity()
+        wildcard.packet_replication_engine_entry.clone_session_entry.SetInParent()
+        assert _read(shell, wildcard) == [moved]
+        _write(shell, moved, p4rt.Update.DELETE)
+        assert _read(shell, query) == []
+        assert _refusal(shell, moved, p4rt.Update.DELETE).code == "NOT_FOUND"
+        assert _refusal(shell, moved, p4rt.Update.MODIFY).code == "NOT_FOUND"
+    finally:
+        shell.tear_down()
+
+
+def test_clone_sessions_the_pipeline_cannot_use_are_refused_with_the_reason(
+    soft_switch: SoftSwitch,
+) -> None:
+    shell = P4RuntimeClient(0, soft_switch.p4runtime_address, (0, 1))
+    try:
+        _set_pipeline(shell)
+        for session_id in (0, 7):
+            error = _refusal(shell, _clone_session(session_id), p4rt.Update.INSERT)
+            assert error.code == "INVALID_ARGUMENT"
+            assert f"clones to session {CLONE_SESSION} only" in error.message
+        empty = _clone_session()
+        del empty.packet_replication_engine_entry.clone_session_entry.replicas[:]
+        assert "needs a replica" in _refusal(shell, empty, p4rt.Update.INSERT).message
+        truncating = _clone_session()
+        truncating.packet_replication_engine_entry.clone_session_entry.packet_length_bytes = 64
+        assert "packet_length_bytes" in _refusal(shell, truncating, p4rt.Update.INSERT).message
+        assert _refusal(shell, _clone_session(port=600), p4rt.Update.INSERT).code == "OUT_OF_RANGE"
+        query = p4rt.Entity()
+        query.packet_replication_engine_entry.clone_session_entry.SetInParent()
+        assert _read(shell, query) == []
     finally:
         shell.tear_down()
 
