@@ -8,6 +8,12 @@
 
 parser InaParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
                  inout standard_metadata_t standard_metadata) {
+    // Lanes extracted so far: the loop's exit test. Not hdr.lanes.lastIndex, which p4c
+    // passes to BMv2 as an expression key, and BMv2 selects only on fields, stack fields
+    // and lookaheads (it refuses such a JSON when the pipeline is loaded). 16 bits, like
+    // agg_h.lanes, so that LANES = 256 counts too.
+    bit<16> lanes_parsed = 0;
+
     state start {
         packet.extract(hdr.ethernet);
         transition select(hdr.ethernet.ether_type) {
@@ -42,8 +48,9 @@ parser InaParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
 
     state parse_lane {
         packet.extract(hdr.lanes.next);
-        transition select(hdr.lanes.lastIndex) {
-            LANES - 1: accept;
+        lanes_parsed = lanes_parsed + 1;
+        transition select(lanes_parsed) {
+            LANES: accept;
             default: parse_lane;
         }
     }

@@ -208,6 +208,20 @@ def test_each_register_array_is_read_and_written_at_most_once_per_pass(source: s
         assert reads <= 1 and writes <= 1, f"{register}: {reads} reads, {writes} writes"
 
 
+def test_parser_selects_only_on_fields(source: str) -> None:
+    # BMv2 loads a select key only if it is a field, a stack field or a lookahead; p4c hands a
+    # member such as a stack's lastIndex through as an expression, which BMv2 refuses.
+    keys = [
+        key.strip()
+        for keyset in re.findall(r"\bselect\s*\(([^)]*)\)", source)
+        for key in keyset.split(",")
+    ]
+    assert keys
+    for key in keys:
+        assert re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", key), key
+        assert key.rsplit(".", 1)[-1] not in {"lastIndex", "size", "next"}, key
+
+
 def test_compare_p4info_names_a_changed_width() -> None:
     changed = _committed()
     changed.registers[0].type_spec.bitstring.bit.bitwidth = 16
