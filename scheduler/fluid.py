@@ -207,7 +207,9 @@ def comm_rates(
     `start` (optional) seeds the fixed-point iteration with an earlier answer, e.g. the
     previous set of contending jobs: jobs found there start from their bypass, eviction and
     PS-wait shares instead of zero, which saves rounds when one job joins or leaves. The
-    answer is the same fixed point either way, to the iteration's tolerance.
+    answer is the same fixed point either way: to the iteration's tolerance where it settles
+    within `_ROUNDS` rounds, within about 5% of ``t_comm_s`` where it does not (close to PS
+    saturation, where the PS delay is steep in the loss shares; `tests/scheduler/test_fluid`).
     """
     if cfg.policy == "static":
         return _static(cfg, jobs)
@@ -234,10 +236,11 @@ def comm_rates(
     wait = np.array([r.ps_wait_s if r else 0.0 for r in seen])
     warm = start is not None
     claims_above = np.zeros(top + 1)
-    # Damped (Mann) iteration on the loss shares. Near PS saturation the map overshoots so
-    # far that a fixed step settles into a 2-cycle; halving the step whenever a round points
-    # back against the round before (an oscillation) restores convergence.
-    step = 0.5
+    # Damped (Mann) iteration on the loss shares, one step size per share. Near PS saturation
+    # the map overshoots so far that a fixed step settles into a 2-cycle; a share whose pull
+    # reverses direction (an oscillation) has its step halved, one that keeps its direction
+    # gets it back a little at a time, so the shares that are not oscillating keep moving.
+    step = np.full(2 * len(jobs), 0.5)
     pull = np.zeros(2 * len(jobs))
     for _ in range(_ROUNDS):
         lost = bypass + evict
@@ -272,11 +275,13 @@ def comm_rates(
         b = np.minimum(0.95, (held + held_ge[level] - duty * held) / n_agg)
         e = (1 - b) * (1 - np.exp(-claims_above[level] * spread / n_agg)) if esa else 0.0 * b
         new_pull = np.concatenate((b - bypass, e - evict))
-        if float(new_pull @ pull) < 0:
-            step = max(step / 2, _MIN_STEP)
+        step = np.where(new_pull * pull < 0, np.maximum(step / 2, _MIN_STEP), step)
+        step = np.where(new_pull * pull > 0, np.minimum(step * 1.25, 0.5), step)
         pull = new_pull
-        delta = max(delta, step * float(np.max(np.abs(b - bypass) + np.abs(e - evict))))
-        bypass, evict = bypass + step * (b - bypass), evict + step * (e - evict)
+        moved = step * new_pull
+        count = len(jobs)
+        delta = max(delta, float(np.max(np.abs(moved[:count]) + np.abs(moved[count:]))))
+        bypass, evict = bypass + moved[:count], evict + moved[count:]
         if delta < _TOL:
             break
     # Evictions a job suffers per second, shared among the higher jobs by their claim rates.

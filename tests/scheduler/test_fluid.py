@@ -1,0 +1,66 @@
+"""The aggregate model's fixed point: found from cold and from a warm start, and stable."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from scheduler.config import PER_JOB, PsProcesses, SimConfig
+from scheduler.fluid import CommRate, FlowJob, comm_rates
+from scheduler.memory import Pool
+
+
+def _contended(seed: int, count: int) -> list[FlowJob]:
+    rng = random.Random(seed)
+    return [
+        FlowJob(
+            job_id=3 * i,
+            workers=rng.randint(1, 16),
+            grad_bytes=rng.randint(10_000, 10**9),
+            iter_time_s=rng.choice([0.0, 1e-3, 0.1]),
+            priority=rng.randint(0, 15),
+        )
+        for i in range(count)
+    ]
+
+
+def _close(a: CommRate, b: CommRate) -> bool:
+    return (
+        a.t_comm_s == pytest.approx(b.t_comm_s, rel=5e-2)
+        and a.bypass == pytest.approx(b.bypass, abs=1e-3)
+        and a.evict == pytest.approx(b.evict, abs=1e-3)
+    )
+
+
+@pytest.mark.parametrize("policy", ["atp", "esa"])
+@pytest.mark.parametrize("processes", [1, 3, PER_JOB])
+def test_warm_start_from_the_previous_set_reaches_the_cold_answer(
+    policy: str, processes: PsProcesses
+) -> None:
+    # The simulator seeds each solve with the answer for the set before a job joined.
+    cfg = SimConfig(policy=policy, pool=Pool(2048), ps_processes=processes)
+    jobs = _contended(seed=7, count=12)
+    before = comm_rates(cfg, jobs[:-1])
+    cold = comm_rates(cfg, jobs)
+    warm = comm_rates(cfg, jobs, start=before)
+    assert cold.keys() == warm.keys() == {j.job_id for j in jobs}
+    assert all(_close(cold[k], warm[k]) for k in cold)
+
+
+def test_answer_is_a_fixed_point_where_a_fixed_damping_step_cycles() -> None:
+    # Two jobs, a 64-aggregator pool and 10 Gbps PS processes: with a constant step of 1/2
+    # the loss shares and the PS delay jump between two states every round and never settle.
+    # Fed its own answer, the model must give that answer back.
+    cfg = SimConfig(policy="atp", pool=Pool(64), ps_processes=PER_JOB, ps_bps=10e9)
+    jobs = [FlowJob(0, 7, 683_385_025, 0.001), FlowJob(7, 15, 782_370_515, 0.0)]
+    first = comm_rates(cfg, jobs)
+    again = comm_rates(cfg, jobs, start=first)
+    assert all(_close(first[k], again[k]) for k in first)
+    assert all(0 < r.bypass < 0.95 for r in first.values())
+
+
+def test_empty_set_and_static_need_no_iteration() -> None:
+    assert comm_rates(SimConfig(policy="esa"), []) == {}
+    alone = comm_rates(SimConfig(policy="static"), [FlowJob(1, 4, 10**6, 0.01)])
+    assert alone[1].bypass == alone[1].evict == 0.0
