@@ -22,7 +22,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
-from p4ctl.p4info import COMMITTED_P4INFO, Sizing, build_p4info
+from p4ctl.p4info import COMMITTED_P4INFO, Sizing, build_p4info, compare_p4info
 
 __all__ = [
     "GENERATED_P4INFO",
@@ -95,46 +95,6 @@ def render_lanes(lanes: int) -> str:
     parts += [_APPLY.format(lane=n) for n in range(lanes)]
     parts.append(_TAIL)
     return "".join(parts)
-
-
-def _entities(info: p4info_pb2.P4Info) -> dict[str, dict[str, object]]:
-    """Per kind, name -> the properties the contract pins (ids, widths, sizes)."""
-    return {
-        "table": {
-            t.preamble.name: (
-                t.preamble.id,
-                [(f.id, f.name, f.bitwidth, f.match_type) for f in t.match_fields],
-                sorted(a.id for a in t.action_refs),
-                t.size,
-            )
-            for t in info.tables
-        },
-        "action": {
-            a.preamble.name: (a.preamble.id, [(p.id, p.name, p.bitwidth) for p in a.params])
-            for a in info.actions
-        },
-        "register": {
-            r.preamble.name: (r.preamble.id, r.type_spec.bitstring.bit.bitwidth, r.size)
-            for r in info.registers
-        },
-        "counter": {c.preamble.name: (c.preamble.id, c.spec.unit, c.size) for c in info.counters},
-    }
-
-
-def compare_p4info(emitted: p4info_pb2.P4Info, committed: p4info_pb2.P4Info) -> list[str]:
-    """Every difference in names, ids, widths and sizes; empty when they agree."""
-    problems: list[str] = []
-    ours, theirs = _entities(emitted), _entities(committed)
-    for kind, want in theirs.items():
-        got = ours[kind]
-        for name in sorted(want.keys() - got.keys()):
-            problems.append(f"{kind} {name}: in the committed P4Info, not emitted")
-        for name in sorted(got.keys() - want.keys()):
-            problems.append(f"{kind} {name}: emitted, not in the committed P4Info")
-        for name in sorted(want.keys() & got.keys()):
-            if want[name] != got[name]:
-                problems.append(f"{kind} {name}: emitted {got[name]}, committed {want[name]}")
-    return problems
 
 
 def _load(path: Path) -> p4info_pb2.P4Info:

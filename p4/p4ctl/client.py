@@ -47,8 +47,14 @@ from p4ctl.errors import (
     UpdateError,
     WriteFailed,
 )
-from p4ctl.p4info import CLONE_SESSION, DEFAULT_AGGREGATORS, DEFAULT_LANES, Sizing, build_p4info
-from p4ctl.p4rt_service import first_difference
+from p4ctl.p4info import (
+    CLONE_SESSION,
+    DEFAULT_AGGREGATORS,
+    DEFAULT_LANES,
+    Sizing,
+    build_p4info,
+    compare_p4info,
+)
 from p4ctl.protocol import MAX_JOBS, PS_WORKER_ID, AggState, DropReason
 from p4ctl.rule import JOB_COUNTERS
 
@@ -289,11 +295,15 @@ class SwitchClient:
         names = P4Names(running)
         sizing = Sizing(names.register_size.get("agg_job", 0), names.lanes)
         want = Sizing(aggregators or sizing.aggregators, lanes or sizing.lanes)
-        diff = first_difference(running, build_p4info(want))
-        if diff is not None:
+        # Names, ids, widths and sizes are the contract; a compiler's P4Info (p4c for BMv2, a
+        # vendor's) also carries its own annotations, documentation and entities we never use.
+        problems = compare_p4info(
+            running, build_p4info(want), extra_ok=True, labels=("running", "inasched")
+        )
+        if problems:
             raise PipelineMismatch(
-                f"switch {self.address} runs another pipeline than inasched {want}: first "
-                f"difference at {diff} (running != expected)"
+                f"switch {self.address} runs another pipeline than inasched {want}: "
+                + "; ".join(problems[:3])
             )
         return running
 

@@ -29,6 +29,7 @@ __all__ = [
     "PORT_BITS",
     "Sizing",
     "build_p4info",
+    "compare_p4info",
     "p4info_text",
 ]
 
@@ -160,6 +161,58 @@ def build_p4info(sizing: Sizing = Sizing()) -> p4info_pb2.P4Info:
 def p4info_text(sizing: Sizing = Sizing()) -> str:
     """`build_p4info` as protobuf text format (what is committed)."""
     return str(text_format.MessageToString(build_p4info(sizing)))
+
+
+def _entities(info: p4info_pb2.P4Info) -> dict[str, dict[str, object]]:
+    """Per kind, name -> the properties the contract pins (ids, widths, sizes)."""
+    return {
+        "table": {
+            t.preamble.name: (
+                t.preamble.id,
+                [(f.id, f.name, f.bitwidth, f.match_type) for f in t.match_fields],
+                sorted(a.id for a in t.action_refs),
+                t.size,
+            )
+            for t in info.tables
+        },
+        "action": {
+            a.preamble.name: (a.preamble.id, [(p.id, p.name, p.bitwidth) for p in a.params])
+            for a in info.actions
+        },
+        "register": {
+            r.preamble.name: (r.preamble.id, r.type_spec.bitstring.bit.bitwidth, r.size)
+            for r in info.registers
+        },
+        "counter": {c.preamble.name: (c.preamble.id, c.spec.unit, c.size) for c in info.counters},
+    }
+
+
+def compare_p4info(
+    got: p4info_pb2.P4Info,
+    want: p4info_pb2.P4Info,
+    *,
+    extra_ok: bool = False,
+    labels: tuple[str, str] = ("emitted", "committed"),
+) -> list[str]:
+    """Every difference in names, ids, widths and sizes of tables, actions, registers and
+    counters (what the control plane relies on); empty when they agree. Documentation,
+    annotations and package info are not compared. `extra_ok`: entities in `got` that `want`
+    lacks are not a difference (a compiler's own, such as NoAction). `labels` name the two
+    sides in the messages."""
+    problems: list[str] = []
+    ours, theirs = _entities(got), _entities(want)
+    g, w = labels
+    for kind, wanted in theirs.items():
+        have = ours[kind]
+        for name in sorted(wanted.keys() - have.keys()):
+            problems.append(f"{kind} {name}: in the {w} P4Info, not the {g} one")
+        if not extra_ok:
+            for name in sorted(have.keys() - wanted.keys()):
+                problems.append(f"{kind} {name}: in the {g} P4Info, not the {w} one")
+        for name in sorted(wanted.keys() & have.keys()):
+            if wanted[name] != have[name]:
+                problems.append(f"{kind} {name}: {g} {have[name]}, {w} {wanted[name]}")
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:

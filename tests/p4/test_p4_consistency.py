@@ -229,6 +229,27 @@ def test_compare_p4info_names_a_changed_width() -> None:
     assert problem.startswith("register job_priority")
 
 
+def test_controller_accepts_a_compilers_p4info_with_its_own_extras() -> None:
+    # What a compiler adds: package info, annotations, documentation, actions of its own. The
+    # control plane needs only names, ids, widths and sizes, so SwitchClient accepts it.
+    compiled = p4info_pb2.P4Info()
+    compiled.CopyFrom(_committed())
+    compiled.pkg_info.arch = "v1model"
+    compiled.tables[0].preamble.annotations.append("@noWarn")
+    compiled.registers[0].preamble.doc.brief = "written by the scheduler"
+    extra = compiled.actions.add()
+    extra.preamble.id, extra.preamble.name = 0x01FFFFFF, "compiler_only_action"
+    assert p4info.compare_p4info(compiled, _committed(), extra_ok=True) == []
+    assert p4info.compare_p4info(compiled, _committed()) == [
+        "action compiler_only_action: in the emitted P4Info, not the committed one"
+    ]
+    compiled.registers[0].size += 1
+    (problem,) = p4info.compare_p4info(
+        compiled, _committed(), extra_ok=True, labels=("running", "inasched")
+    )
+    assert problem.startswith("register job_priority: running (")
+
+
 # ---------------------------------------------------------------------------- protocol
 
 
