@@ -41,7 +41,7 @@ from importlib import resources
 from pathlib import Path
 
 from scheduler.errors import WorkloadError
-from scheduler.memory import DEFAULT_AGGREGATORS, DEFAULT_WINDOW
+from scheduler.memory import COPIES_PER_SLOT, DEFAULT_AGGREGATORS, DEFAULT_WINDOW, partition_slots
 
 __all__ = [
     "JobSpec",
@@ -152,8 +152,9 @@ def synthetic_jobs(
                 rng.randrange(classes),
             )
         )
-    # A static partition holds 2 x window aggregators for the job's whole run.
-    mean_work = sum(2 * window * models[m][1] * it for m, _, it, _ in drafts) / n
+    # A static partition holds both copies of its slots for the job's whole run.
+    held = COPIES_PER_SLOT * partition_slots(window)
+    mean_work = sum(held * models[m][1] * it for m, _, it, _ in drafts) / n
     rate = load * aggregators / mean_work
     t = 0.0
     jobs = []
