@@ -322,17 +322,24 @@ class Coordinator:
         with self.lock, self.sessions() as s:
             holders = s.scalars(select(Job).where(Job.switch_job_id.is_not(None))).all()
             now = utcnow()
+            failed: list[Job] = []
             for job in holders:
                 assert job.switch_job_id is not None
                 self.owners[job.switch_job_id] = job.id
                 if job.state in TERMINAL:
                     continue  # the first decision round reclaims it
-                self._install(job)
-                self.backend.set_priority(job.switch_job_id, job.priority_level)
+                try:
+                    self._restore(job)
+                except (SwitchError, ValueError) as exc:
+                    # E.g. a static partition stored by an older version that the switch
+                    # cannot index (not a power of two). The job fails visibly, and the first
+                    # decision round reclaims whatever the switch holds for it.
+                    job.state, job.finished_at = "failed", now
+                    job.reason = f"could not be restored onto the switch after a restart: {exc}"
+                    failed.append(job)
+                    log.error("job %d failed: %s", job.id, job.reason)
+                    continue
                 for w in job.workers:
-                    self.backend.add_worker(
-                        job.switch_job_id, w.worker_id, Endpoint(w.host, w.port)
-                    )
                     # The service was away, not the worker: restart the heartbeat clock.
                     w.last_heartbeat = now
             stale = self.backend.installed_jobs() - set(self.owners)
@@ -341,8 +348,17 @@ class Coordinator:
                 self.backend.reclaim(sid)
                 self.backend.remove_job(sid)
             s.commit()
+        self.publish_jobs(failed)
         if holders:
             log.info("re-synced %d jobs onto the switch", len(holders))
+
+    def _restore(self, job: Job) -> None:
+        """Install `job`, its priority and its workers' addresses again."""
+        assert job.switch_job_id is not None
+        self._install(job)
+        self.backend.set_priority(job.switch_job_id, job.priority_level)
+        for w in job.workers:
+            self.backend.add_worker(job.switch_job_id, w.worker_id, Endpoint(w.host, w.port))
 
     # ------------------------------------------------------------------ liveness, counters
 

@@ -10,6 +10,7 @@ from p4ctl.backend import Endpoint, InMemorySwitch, JobInstall
 from p4ctl.protocol import Policy
 
 from api.app import create_app
+from api.models import Job
 from api.settings import Settings
 from api.store import create_tenant_token
 from tests.api.conftest import Api, LiveServer, make_api, wait_for
@@ -138,3 +139,45 @@ def test_restart_resyncs_the_switch_from_the_store(settings: Settings) -> None:
             assert any(k[:2] == (sid, 0) for k in target.pipeline.sources)
             body = client.get(f"/jobs/{job['id']}", headers=auth).json()
             assert body["state"] == "running"
+
+
+def test_a_job_the_switch_cannot_take_back_after_a_restart_fails_visibly(
+    settings: Settings,
+) -> None:
+    # A static partition stored by an older version with a slot count the switch cannot
+    # index (not a power of two): the restarted service must come up, fail that job with a
+    # reason, and leave nothing of it on the switch.
+    app = create_app(settings, backend=InMemorySwitch(settings.aggregators, settings.lanes))
+    sessions = app.state.service.sessions
+    with sessions() as s:
+        token = create_tenant_token(s, tenant="alice")
+    auth = {"Authorization": f"Bearer {token}"}
+    with LiveServer(app) as url, httpx.Client(base_url=url) as client:
+        job = client.post(
+            "/jobs",
+            json={"name": "a", "n_workers": 1, "iterations": 5, "gradient_bytes": 64},
+            headers=auth,
+        ).json()
+        client.post(
+            f"/jobs/{job['id']}/workers",
+            json={"data_host": "127.0.0.1", "data_port": 40001},
+            headers={"Authorization": f"Bearer {job['join_token']}"},
+        ).raise_for_status()
+    with sessions() as s:
+        row = s.get(Job, job["id"])
+        assert row is not None and row.switch_job_id is not None
+        row.policy, row.part_base, row.part_slots, row.hash_seed = "static", 0, 100, None
+        s.commit()
+    fresh = InMemorySwitch(settings.aggregators, settings.lanes)
+    app = create_app(settings, backend=fresh)
+    with LiveServer(app) as url, httpx.Client(base_url=url) as client:
+        body = client.get(f"/jobs/{job['id']}", headers=auth).json()
+        assert body["state"] == "failed"
+        assert "could not be restored" in body["reason"] and "power of two" in body["reason"]
+        wait_for(lambda: fresh.installed_jobs() == set(), "the switch to hold no job")
+        again = client.post(
+            "/jobs",
+            json={"name": "b", "n_workers": 1, "iterations": 5, "gradient_bytes": 64},
+            headers=auth,
+        )
+        assert again.status_code == 201, again.text
