@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -110,9 +111,11 @@ def test_missed_heartbeats_fail_the_job_and_reclaim_it(impatient_api: Api) -> No
     wait_for(lambda: api.switch.installed_jobs() == set(), "the switch to forget the job")
 
 
-def test_restart_resyncs_the_switch_from_the_store(settings: Settings) -> None:
-    switch = InMemorySwitch(settings.aggregators, settings.lanes)
-
+def _one_running_job(
+    settings: Settings, switch: InMemorySwitch
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
+    """A service on `switch` with one 1-worker job whose worker has joined, then stopped:
+    ``(job, join answer, tenant auth header)``."""
     app = create_app(settings, backend=switch)
     with app.state.service.sessions() as s:
         token = create_tenant_token(s, tenant="alice")
@@ -127,7 +130,14 @@ def test_restart_resyncs_the_switch_from_the_store(settings: Settings) -> None:
             f"/jobs/{job['id']}/workers",
             json={"data_host": "127.0.0.1", "data_port": 40001},
             headers={"Authorization": f"Bearer {job['join_token']}"},
-        ).json()
+        )
+        assert joined.status_code == 201, joined.text
+    return job, joined.json(), auth
+
+
+def test_restart_resyncs_the_switch_from_the_store(settings: Settings) -> None:
+    switch = InMemorySwitch(settings.aggregators, settings.lanes)
+    job, joined, auth = _one_running_job(settings, switch)
     sid = joined["switch_job_id"]
     stale = (sid + 7) % 1024
     switch.install_job(JobInstall(stale, Policy.ATP, 2, ps=Endpoint("127.0.0.1", 9)))
@@ -147,23 +157,8 @@ def test_a_job_the_switch_cannot_take_back_after_a_restart_fails_visibly(
     # A static partition stored by an older version with a slot count the switch cannot
     # index (not a power of two): the restarted service must come up, fail that job with a
     # reason, and leave nothing of it on the switch.
-    app = create_app(settings, backend=InMemorySwitch(settings.aggregators, settings.lanes))
-    sessions = app.state.service.sessions
-    with sessions() as s:
-        token = create_tenant_token(s, tenant="alice")
-    auth = {"Authorization": f"Bearer {token}"}
-    with LiveServer(app) as url, httpx.Client(base_url=url) as client:
-        job = client.post(
-            "/jobs",
-            json={"name": "a", "n_workers": 1, "iterations": 5, "gradient_bytes": 64},
-            headers=auth,
-        ).json()
-        client.post(
-            f"/jobs/{job['id']}/workers",
-            json={"data_host": "127.0.0.1", "data_port": 40001},
-            headers={"Authorization": f"Bearer {job['join_token']}"},
-        ).raise_for_status()
-    with sessions() as s:
+    job, _, auth = _one_running_job(settings, InMemorySwitch(settings.aggregators, settings.lanes))
+    with create_app(settings).state.service.sessions() as s:
         row = s.get(Job, job["id"])
         assert row is not None and row.switch_job_id is not None
         row.policy, row.part_base, row.part_slots, row.hash_seed = "static", 0, 100, None
