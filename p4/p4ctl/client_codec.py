@@ -15,7 +15,7 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2 as p4rt
 
 from p4ctl.errors import UpdateError
-from p4ctl.tables import encode_value
+from p4ctl.values import encode_value
 
 __all__ = ["P4Names", "addr_int", "addr_str", "write_errors"]
 

@@ -3,7 +3,7 @@
 Supported: Capabilities; Set/GetForwardingPipelineConfig (only the inasched P4Info for this
 switch's sizing is accepted; anything else is refused with INVALID_ARGUMENT naming the first
 difference); Write/Read of table entries, registers, counters, multicast groups and clone
-session `CLONE_SESSION` (`p4ctl.tables`); StreamChannel with primary election: the stream with
+session `CLONE_SESSION` (`p4ctl.replication`); StreamChannel with primary election: the stream with
 the highest election id is primary, and a Write or pipeline change whose election id is not the
 primary's is refused with PERMISSION_DENIED. Per-update Write errors travel as P4Runtime
 specifies: status UNKNOWN with a ``google.rpc.Status`` of one ``p4.v1.Error`` per update in the
@@ -27,7 +27,8 @@ from p4.v1 import p4runtime_pb2_grpc
 
 from p4ctl.p4info import Sizing, build_p4info
 from p4ctl.pipeline import Pipeline
-from p4ctl.tables import Entities, EntityError
+from p4ctl.tables import Entities
+from p4ctl.values import EntityError
 
 __all__ = ["P4RuntimeService", "first_difference"]
 

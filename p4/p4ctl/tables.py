@@ -4,8 +4,7 @@ control plane, without gRPC).
 `Entities.write(update)` validates one `p4.v1.Update` against the P4Info and applies it:
 table entries become the pipeline's job configs, allowed sources and port endpoints; register
 entries become cells of `Registers` (``agg_lane_i`` is column ``i`` of ``agg_lanes``);
-multicast groups become port tuples. The clone session `CLONE_SESSION` is stored and read back
-only: the Python rule emits a case's second packet itself, where the P4 program clones.
+multicast groups and the clone session go to `p4ctl.replication`.
 `Entities.read(entity)` yields the matching entities, wildcards included. Refusals raise
 `EntityError` carrying the canonical gRPC code.
 """
@@ -20,35 +19,13 @@ from google.rpc import code_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2 as p4rt
 
-from p4ctl.p4info import CLONE_SESSION, PORT_BITS
 from p4ctl.pipeline import Pipeline
 from p4ctl.protocol import MAX_WORKERS, Policy
+from p4ctl.replication import Replication
 from p4ctl.rule import JOB_COUNTERS, JobConfig, Registers, is_power_of_two
+from p4ctl.values import EntityError, decode_value, encode_value
 
-__all__ = ["Entities", "EntityError", "decode_value", "encode_value"]
-
-
-class EntityError(Exception):
-    """An entity the switch refuses; `code` is a `google.rpc.Code` value."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def encode_value(value: int) -> bytes:
-    """The canonical P4Runtime bytestring of a non-negative int (no leading zero bytes)."""
-    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
-
-
-def decode_value(data: bytes, width: int, what: str) -> int:
-    """The int in a P4Runtime bytestring; raises `EntityError` when it does not fit `width`."""
-    value = int.from_bytes(data, "big")
-    if not data or value >> width:
-        raise EntityError(
-            code_pb2.OUT_OF_RANGE, f"{what}: {data.hex() or 'empty'} does not fit {width} bits"
-        )
-    return value
+__all__ = ["Entities"]
 
 
 def _ipv4(value: int) -> str:
@@ -89,8 +66,7 @@ class Entities:
         self._entries: dict[int, dict[tuple[int, ...], p4rt.TableEntry]] = {
             tid: {} for tid in self._tables
         }
-        self._groups: dict[int, p4rt.MulticastGroupEntry] = {}
-        self._sessions: dict[int, p4rt.CloneSessionEntry] = {}
+        self._replication = Replication(pipeline)
 
     # ------------------------------------------------------------------ write
 
@@ -108,18 +84,7 @@ class Entities:
                 raise EntityError(code_pb2.INVALID_ARGUMENT, "counters only take MODIFY")
             self._write_counter(update.entity.counter_entry)
         elif kind == "packet_replication_engine_entry":
-            pre = update.entity.packet_replication_engine_entry
-            which = pre.WhichOneof("type")
-            if which == "multicast_group_entry":
-                self._write_group(update.type, pre.multicast_group_entry)
-            elif which == "clone_session_entry":
-                self._write_session(update.type, pre.clone_session_entry)
-            else:
-                raise EntityError(
-                    code_pb2.UNIMPLEMENTED,
-                    f"{which or 'empty'} PRE entries are not supported (multicast groups and "
-                    "clone sessions are)",
-                )
+            self._replication.write(update.type, update.entity.packet_replication_engine_entry)
         else:
             raise EntityError(code_pb2.UNIMPLEMENTED, f"{kind or 'empty'} entities not supported")
 
@@ -264,70 +229,6 @@ class Entities:
             packets[i] = entry.data.packet_count
             octets[i] = entry.data.byte_count
 
-    def _write_group(self, op: int, group: p4rt.MulticastGroupEntry) -> None:
-        gid = group.multicast_group_id
-        if gid == 0:
-            raise EntityError(code_pb2.INVALID_ARGUMENT, "multicast group 0 is reserved")
-        if op == p4rt.Update.DELETE:
-            if gid not in self._groups:
-                raise EntityError(code_pb2.NOT_FOUND, f"no multicast group {gid}")
-            del self._groups[gid]
-            self.pipeline.groups.pop(gid, None)
-            return
-        if op == p4rt.Update.INSERT and gid in self._groups:
-            raise EntityError(code_pb2.ALREADY_EXISTS, f"multicast group {gid} exists")
-        if op == p4rt.Update.MODIFY and gid not in self._groups:
-            raise EntityError(code_pb2.NOT_FOUND, f"no multicast group {gid} to modify")
-        ports = []
-        for replica in group.replicas:
-            if replica.WhichOneof("port_kind") == "port":
-                ports.append(decode_value(replica.port, PORT_BITS, f"group {gid} port"))
-            else:
-                ports.append(replica.egress_port)
-        stored = p4rt.MulticastGroupEntry()
-        stored.CopyFrom(group)
-        self._groups[gid] = stored
-        # One UDP endpoint per port: two replicas to one port would deliver the result twice.
-        self.pipeline.groups[gid] = tuple(dict.fromkeys(ports))
-
-    def _write_session(self, op: int, session: p4rt.CloneSessionEntry) -> None:
-        sid = session.session_id
-        if sid != CLONE_SESSION:
-            raise EntityError(
-                code_pb2.INVALID_ARGUMENT,
-                f"clone session {sid}: the inasched pipeline clones to session {CLONE_SESSION} "
-                "only (CLONE_SESSION in p4/include/sizing.p4)",
-            )
-        if op == p4rt.Update.DELETE:
-            if self._sessions.pop(sid, None) is None:
-                raise EntityError(code_pb2.NOT_FOUND, f"no clone session {sid}")
-            return
-        if op == p4rt.Update.INSERT and sid in self._sessions:
-            raise EntityError(code_pb2.ALREADY_EXISTS, f"clone session {sid} exists")
-        if op == p4rt.Update.MODIFY and sid not in self._sessions:
-            raise EntityError(code_pb2.NOT_FOUND, f"no clone session {sid} to modify")
-        if not session.replicas:
-            raise EntityError(
-                code_pb2.INVALID_ARGUMENT, f"clone session {sid} needs a replica (any port)"
-            )
-        if session.packet_length_bytes:
-            # A truncated clone would lose lanes of the sum it carries.
-            raise EntityError(
-                code_pb2.INVALID_ARGUMENT,
-                f"clone session {sid}: packet_length_bytes must be 0 (clones carry every lane)",
-            )
-        for replica in session.replicas:
-            if replica.WhichOneof("port_kind") == "port":
-                decode_value(replica.port, PORT_BITS, f"clone session {sid} port")
-            elif replica.egress_port >> PORT_BITS:
-                raise EntityError(
-                    code_pb2.OUT_OF_RANGE,
-                    f"clone session {sid}: port {replica.egress_port} exceeds {PORT_BITS} bits",
-                )
-        stored = p4rt.CloneSessionEntry()
-        stored.CopyFrom(session)
-        self._sessions[sid] = stored
-
     # ------------------------------------------------------------------ read
 
     def read(self, entity: p4rt.Entity) -> Iterator[p4rt.Entity]:
@@ -340,27 +241,9 @@ class Entities:
         elif kind == "counter_entry":
             yield from self._read_counters(entity.counter_entry)
         elif kind == "packet_replication_engine_entry":
-            yield from self._read_replication(entity.packet_replication_engine_entry)
+            yield from self._replication.read(entity.packet_replication_engine_entry)
         else:
             raise EntityError(code_pb2.UNIMPLEMENTED, f"reading {kind} is not supported")
-
-    def _read_replication(self, query: p4rt.PacketReplicationEngineEntry) -> Iterator[p4rt.Entity]:
-        """Groups, sessions or (no type given) both; id 0 selects every one of its kind."""
-        which = query.WhichOneof("type")
-        if which in (None, "multicast_group_entry"):
-            gid = query.multicast_group_entry.multicast_group_id
-            for group_id, group in sorted(self._groups.items()):
-                if gid in (0, group_id):
-                    out = p4rt.Entity()
-                    out.packet_replication_engine_entry.multicast_group_entry.CopyFrom(group)
-                    yield out
-        if which in (None, "clone_session_entry"):
-            sid = query.clone_session_entry.session_id
-            for session_id, session in sorted(self._sessions.items()):
-                if sid in (0, session_id):
-                    out = p4rt.Entity()
-                    out.packet_replication_engine_entry.clone_session_entry.CopyFrom(session)
-                    yield out
 
     def _read_tables(self, query: p4rt.TableEntry) -> Iterator[p4rt.Entity]:
         if query.table_id and query.table_id not in self._tables:

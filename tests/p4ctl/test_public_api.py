@@ -14,8 +14,10 @@ MODULES = [
     "errors",
     "p4rt_service",
     "pipeline",
+    "replication",
     "softswitch",
     "tables",
+    "values",
 ]
 
 
