@@ -7,7 +7,8 @@
 The JCT benchmark's parameters (`bench.jct_params.BenchParams`) are used. Prints, per policy:
 wall time, simulated events, events per second, mean/p99 JCT, in-switch
 share; then the aggregate model's error against the fragment-level model on small cases
-(relative mean-JCT error and absolute in-switch-share error, mean and max per policy).
+(relative mean-JCT error and absolute in-switch-share error, mean and max per policy), and the
+wall time of both simulators on those same cases, side by side, with their ratio.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from dataclasses import replace
 
 from bench.jct_params import BenchParams
 from bench.jct_sim import sim_config
+from scheduler.fragsim import simulate_fragments
 from scheduler.simulator import simulate
-from scheduler.validate import validate
+from scheduler.validate import small_cases, validate
 from scheduler.workload import load_workload
 
 POLICIES = ("static", "atp", "esa")
@@ -60,6 +63,20 @@ def errors(count: int) -> None:
         )
 
 
+def peer(count: int) -> None:
+    """Wall time of the fragment-level and the aggregate simulator on the same small cases."""
+    print(f"fragment-level vs aggregate simulator, wall time on the same {count} small cases")
+    print(f"{'policy':8} {'fragment s':>10} {'aggregate s':>11} {'ratio':>7}")
+    for policy in POLICIES:
+        walls = []
+        for sim in (simulate_fragments, simulate):
+            start = time.perf_counter()
+            for jobs, base in small_cases(count):
+                sim(jobs, replace(base, policy=policy))
+            walls.append(time.perf_counter() - start)
+        print(f"{policy:8} {walls[0]:10.2f} {walls[1]:11.2f} {walls[0] / walls[1]:6.1f}x")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="philly")
@@ -69,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.validate_only:
         speed(args.workload)
     errors(args.cases)
+    peer(args.cases)
 
 
 if __name__ == "__main__":
