@@ -46,6 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler.config import SimConfig
+from scheduler.memory import COPIES_PER_SLOT, partition_slots
 
 __all__ = ["CommRate", "FlowJob", "comm_rates"]
 
@@ -102,12 +103,13 @@ def _skew(cfg: SimConfig, workers: int) -> float:
 def _static(cfg: SimConfig, jobs: Sequence[FlowJob]) -> dict[int, CommRate]:
     out = {}
     step = max(cfg.fragment_s, cfg.rtt_s / cfg.window)
+    reserved = COPIES_PER_SLOT * partition_slots(cfg.window)
     for j in jobs:
         t = math.ceil(j.grad_bytes / cfg.payload_bytes) * step + cfg.rtt_s + _skew(cfg, j.workers)
-        # The window's slots are live while streaming; the partition (both copies) is
-        # reserved for the job's whole run.
+        # The window's slots are live while streaming; the partition (both copies of its
+        # slots, a power of two) is reserved for the job's whole run.
         duty = t / (t + j.iter_time_s)
-        out[j.job_id] = CommRate(t, 0.0, 0.0, 0.0, duty, cfg.window, 0.0, 2 * cfg.window)
+        out[j.job_id] = CommRate(t, 0.0, 0.0, 0.0, duty, cfg.window, 0.0, reserved)
     return out
 
 
