@@ -149,3 +149,16 @@ def test_a_run_is_posted_to_the_service_with_its_rows(run_dir: Path) -> None:
     assert body["summary"] == json.loads((run_dir / "summary.json").read_text())
     assert len(body["jobs"]) == 3 * 12
     assert set(body["jobs"][0]) == set(JOB_COLUMNS)
+
+
+def test_inasched_bench_jct_runs_the_benchmark(tmp_path: Path) -> None:
+    # The README's spelling: `inasched bench jct ...`.
+    from api.cli import main as cli_main
+
+    out = tmp_path / "run"
+    code = cli_main(
+        ["bench", "jct", "--workload", "synthetic-5", "--policies", "atp", "--out", str(out),
+         "--sim", "--quiet"]
+    )  # fmt: skip
+    assert code == 0
+    assert (out / "summary.json").exists()
