@@ -9,6 +9,7 @@ itself, where the P4 program clones. Refusals raise `EntityError` with the gRPC 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from google.rpc import code_pb2
 from p4.v1 import p4runtime_pb2 as p4rt
@@ -109,17 +110,15 @@ class Replication:
     def read(self, query: p4rt.PacketReplicationEngineEntry) -> Iterator[p4rt.Entity]:
         """Groups, sessions or (no type given) both; id 0 selects every one of its kind."""
         which = query.WhichOneof("type")
-        if which in (None, "multicast_group_entry"):
-            gid = query.multicast_group_entry.multicast_group_id
-            for group_id, group in sorted(self._groups.items()):
-                if gid in (0, group_id):
+        kinds: tuple[tuple[str, int, dict[int, Any]], ...] = (
+            ("multicast_group_entry", query.multicast_group_entry.multicast_group_id, self._groups),
+            ("clone_session_entry", query.clone_session_entry.session_id, self._sessions),
+        )
+        for kind, wanted, stored in kinds:
+            if which not in (None, kind):
+                continue
+            for key, entry in sorted(stored.items()):
+                if wanted in (0, key):
                     out = p4rt.Entity()
-                    out.packet_replication_engine_entry.multicast_group_entry.CopyFrom(group)
-                    yield out
-        if which in (None, "clone_session_entry"):
-            sid = query.clone_session_entry.session_id
-            for session_id, session in sorted(self._sessions.items()):
-                if sid in (0, session_id):
-                    out = p4rt.Entity()
-                    out.packet_replication_engine_entry.clone_session_entry.CopyFrom(session)
+                    getattr(out.packet_replication_engine_entry, kind).CopyFrom(entry)
                     yield out
