@@ -21,6 +21,7 @@ The cases, per policy (``p4/PROTOCOL.md`` has the full tables):
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -250,17 +251,31 @@ def static_index(cfg: JobConfig, seq: int) -> tuple[int, int]:
     return cfg.part_base + shadow * size + slot, shadow
 
 
+def _mix32(x: int) -> int:
+    """A 32-bit multiply-xorshift mix (the finaliser of MurmurHash3's family)."""
+    x &= 0xFFFFFFFF
+    x ^= x >> 16
+    x = (x * 0x85EBCA6B) & 0xFFFFFFFF
+    x ^= x >> 13
+    x = (x * 0xC2B2AE35) & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
 def hashed_index(seed: int, seq: int, pool: int) -> int:
     """Aggregator index of fragment `seq` of a job with hash `seed` in a shared pool (atp/esa).
 
-    A 32-bit multiply-xorshift mix: cheap on a worker, and consecutive sequences of one job
-    land far apart while two jobs with different seeds collide only by chance.
+    A seeded affine bijection of ``seq mod pool``: ``(a * seq + b) mod pool`` with `a` coprime
+    to `pool`. Any `pool` consecutive fragments of one job therefore use distinct aggregators,
+    so a job never collides with itself inside its window (a plain hash put two of a W=32
+    window on one aggregator in about 1 of 9 windows over 256 aggregators, which stalls the
+    window until a resend). Two jobs with different seeds collide as with a random hash. The
+    switch only checks ``index < pool``; workers and the simulators call this function.
     """
-    x = (seed * 0x9E3779B1 + seq * 0x85EBCA77) & 0xFFFFFFFF
-    x ^= x >> 15
-    x = (x * 0x2C1B3C6D) & 0xFFFFFFFF
-    x ^= x >> 12
-    return x % pool
+    a = _mix32(seed * 0x9E3779B1 + 1) % pool | 1
+    while math.gcd(a, pool) != 1:
+        a += 2
+    b = _mix32(seed ^ 0x5BD1E995) % pool
+    return (a * seq + b) % pool
 
 
 # ---------------------------------------------------------------------------- checks
