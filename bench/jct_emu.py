@@ -51,7 +51,10 @@ EMU_ITERATIONS = 10
 # 256 B per worker and iteration: the soft switch, PS and workers share 2 busy cores and turn
 # around a few hundred fragments per second per worker (measured: bench.jct_validate).
 GRAD_DIVISOR = 10_000
-ARRIVAL_GAP_S = 2.0
+# Arrivals close enough that jobs overlap (about 5 in the system at once): static partitions
+# run out and queue, atp and esa share the pool, so the policies differ by more than the
+# loopback's noise (at 2 s, 2-3 jobs overlapped and the three were within 6% of each other).
+ARRIVAL_GAP_S = 0.5
 # A pool small enough that 8 scaled-down jobs of 2 workers contend for it: 8 windows of 32
 # fragments are 256 aggregators (the full workload contends for a Tofino's with many more jobs).
 EMU_AGGREGATORS = 256
@@ -108,9 +111,10 @@ def emu_context(params: BenchParams) -> tuple[dict[str, Any], dict[str, str], li
         f"aggregators and window of the BenchParams ({params.aggregators}, {params.window}) "
         f"are replaced by emu.aggregators and emu.window for the scaled-down jobs.",
         "JCTs are the service's (job store, jct_s = finished_at - submitted_at): they include "
-        "each job's join and per-iteration progress reports over REST, which --sim does not "
-        "model; the service embeds one soft switch and one PS process shared by every job "
-        "(--sim with ps_processes=1 matches the PS, not the shared switch CPU).",
+        "each job's join and per-iteration progress reports over REST; the service embeds one "
+        "soft switch and one PS process shared by every job. bench.jct_validate measures "
+        "these (job_setup_s, iteration_overhead_s, switch_pps, ps_gbps with ps_processes=1) "
+        "and runs --sim with them on this workload.csv.",
         "Byte counters are the workers' sums (every worker's contribution), and a result that "
         "returns through the PS (every atp fragment) counts as PS bytes, so in_switch_share "
         "is 0 for atp here while --sim counts atp's switch-aggregated bytes as in-switch.",

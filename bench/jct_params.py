@@ -37,6 +37,9 @@ class BenchParams:
     levels: int = DEFAULT_LEVELS
     aging_s: float = DEFAULT_AGING_S
     load: float = 1.0
+    job_setup_s: float = 0.0
+    iteration_overhead_s: float = 0.0
+    switch_pps: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,6 +106,19 @@ SOURCES: dict[str, str] = {
     "levels": "a 4-bit job_priority register: 16 levels (scheduler.priority.DEFAULT_LEVELS)",
     "aging_s": "scheduler.priority.DEFAULT_AGING_S: one level per 60 s spent bypassed/evicted",
     "load": "arrival-rate multiplier; 1.0 = the workload's own arrival times, unchanged",
+    "job_setup_s": (
+        "0 on a testbed model (a job's set-up is not part of what the policies decide); "
+        "bench.jct_validate measures the loopback emulation's (workers' join, REST) with probe "
+        "jobs and sets it for --sim"
+    ),
+    "iteration_overhead_s": (
+        "0 on a testbed model; bench.jct_validate measures the loopback emulation's (a "
+        "worker's blocking progress report after each iteration) with probe jobs"
+    ),
+    "switch_pps": (
+        "0: a Tofino pipeline processes packets at line rate; the loopback soft switch is one "
+        "CPU, whose packet rate bench.jct_validate measures with probe jobs"
+    ),
 }
 
 

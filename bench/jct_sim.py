@@ -47,6 +47,9 @@ def sim_config(policy: str, params: BenchParams) -> SimConfig:
         levels=params.levels,
         aging_s=params.aging_s,
         seed=params.seed,
+        job_setup_s=params.job_setup_s,
+        iteration_overhead_s=params.iteration_overhead_s,
+        switch_pps=params.switch_pps,
     )
 
 
@@ -63,6 +66,9 @@ _SET_BY_BENCH = frozenset(
         "levels",
         "aging_s",
         "seed",
+        "job_setup_s",
+        "iteration_overhead_s",
+        "switch_pps",
     }
 )
 

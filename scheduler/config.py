@@ -33,6 +33,17 @@ class SimConfig:
     is one server of rate `ps_bps` (one packet per `ps_fragment_s`) with a queue; packets on a
     job's critical path (bypassed, evicted and flushed contributions; atp's complete sums) are
     served before esa's completion copies, which nothing waits for.
+
+    `job_setup_s`: time from a job's admission to its first iteration (its workers join and
+    the switch is programmed); the job holds its admission but sends nothing meanwhile.
+    `iteration_overhead_s`: time after each iteration's allreduce before the next compute
+    starts, the last iteration's included (a worker's blocking progress report to the
+    service). Both are 0 for the model of a hardware testbed; ``bench.jct_validate`` measures
+    them on the loopback emulation.
+
+    `switch_pps`: packets per second the switch processes, shared by every job (0: line rate,
+    as a hardware pipeline; a software switch is one CPU). A worker's first retransmission
+    timeout then also allows for a switch queue of 64 windows.
     """
 
     policy: str = "esa"
@@ -53,12 +64,18 @@ class SimConfig:
     #: Priorities are recomputed every time a job completes this share of its iterations.
     progress_step: float = 0.1
     seed: int = 0
+    job_setup_s: float = 0.0
+    iteration_overhead_s: float = 0.0
+    switch_pps: float = 0.0
 
     def __post_init__(self) -> None:
         if self.ps_processes != PER_JOB and (
             not isinstance(self.ps_processes, int) or self.ps_processes < 1
         ):
             raise ValueError(f"ps_processes must be >= 1 or {PER_JOB!r}, got {self.ps_processes!r}")
+        for name in ("job_setup_s", "iteration_overhead_s", "switch_pps"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
 
     def ps_of(self, job_id: int) -> int:
         """The PS process (a server id) that serves `job_id`."""
@@ -92,7 +109,8 @@ class SimConfig:
         """A worker's first retransmission timeout (doubling after each resend)."""
         if self.resend_timeout_s is not None:
             return self.resend_timeout_s
-        return 20 * (self.rtt_s + self.ps_detour_s)
+        queue = 64 * self.window / self.switch_pps if self.switch_pps > 0 else 0.0
+        return 20 * (self.rtt_s + self.ps_detour_s) + queue
 
     @property
     def ps_detour_s(self) -> float:

@@ -34,6 +34,12 @@ PS process. Assumptions (the fragment-level model in `scheduler.fragsim` makes n
   service). Windows close the loop, so rho_crit stays below 1: jobs slow down until the PS
   keeps up; copies beyond the PS's capacity only grow its backlog (they delay nothing here).
 - ``static``: a private partition sized to the window, so nothing bypasses or visits a PS.
+- `SimConfig.switch_pps` (0: unlimited, a hardware pipeline): the switch is one processor
+  shared by every packet that enters it (a software switch's CPU): a fragment costs its n
+  contributions plus, when its result comes from the PS, that result. While job j
+  communicates it gets the capacity the others' duty-weighted packet rates leave, and never
+  less than a fair share among the jobs expected to be communicating (processor sharing);
+  its workers' fragment rate is capped there.
 """
 
 from __future__ import annotations
@@ -101,24 +107,52 @@ def _skew(cfg: SimConfig, workers: int) -> float:
 
 
 def _static(cfg: SimConfig, jobs: Sequence[FlowJob]) -> dict[int, CommRate]:
-    out = {}
     step = max(cfg.fragment_s, cfg.rtt_s / cfg.window)
     reserved = COPIES_PER_SLOT * partition_slots(cfg.window)
-    for j in jobs:
-        t = math.ceil(j.grad_bytes / cfg.payload_bytes) * step + cfg.rtt_s + _skew(cfg, j.workers)
-        # The window's slots are live while streaming; the partition (both copies of its
-        # slots, a power of two) is reserved for the job's whole run.
-        duty = t / (t + j.iter_time_s)
-        out[j.job_id] = CommRate(t, 0.0, 0.0, 0.0, duty, cfg.window, 0.0, reserved)
-    return out
+    n = np.array([j.workers for j in jobs], dtype=np.float64)
+    frags = np.array([math.ceil(j.grad_bytes / cfg.payload_bytes) for j in jobs], np.float64)
+    compute = np.array([j.iter_time_s for j in jobs], dtype=np.float64)
+    fixed = cfg.rtt_s + cfg.worker_skew_s * (n - 1) / (n + 1)
+    cap = np.full(len(jobs), np.inf)
+    for _ in range(_ROUNDS if cfg.switch_pps > 0 else 1):
+        rate = np.minimum(1 / step, cap)
+        t = frags / rate + fixed
+        duty = t / (t + compute)
+        if cfg.switch_pps <= 0:
+            break
+        new_cap = _switch_cap(cfg.switch_pps, duty, rate * n, n)
+        settled = np.allclose(new_cap, cap, rtol=_TOL, atol=0.0)
+        cap = np.where(np.isinf(cap), new_cap, 0.5 * (cap + new_cap))
+        if settled:
+            break
+    # The window's slots are live while streaming; the partition (both copies of its slots, a
+    # power of two) is reserved for the job's whole run.
+    return {
+        j.job_id: CommRate(float(t[i]), 0.0, 0.0, 0.0, float(duty[i]), cfg.window, 0.0, reserved)
+        for i, j in enumerate(jobs)
+    }
 
 
-def _rates(x: Vec, q: Vec, a: Vec, w: int, fs: float) -> Vec:
+def _switch_cap(pps: float, duty: Vec, packets: Vec, per_frag: Vec) -> Vec:
+    """Per-worker fragments per second each job gets from a switch of `pps` packets/s.
+
+    `packets`: each job's packet rate into the switch while it communicates; `per_frag`:
+    its packets per worker fragment. A communicating job gets what the others' duty-weighted
+    rates leave, and at least its fair share among the jobs expected to communicate with it.
+    """
+    others = float(np.sum(duty * packets)) - duty * packets
+    expected = 1.0 + float(np.sum(duty)) - duty
+    left = np.maximum(pps - others, pps / expected)
+    return left / per_frag
+
+
+def _rates(x: Vec, q: Vec, a: Vec, w: int, fs: float, cap: Vec) -> Vec:
     """Fragments per second of each worker whose PS-bound fragments wait `x` at the PS.
 
-    A job with no PS-bound fragments (``q == 0``) streams at line rate."""
+    A job with no PS-bound fragments (``q == 0``) streams at line rate, or at its share of
+    the switch (`cap`, see `_switch_cap`)."""
     windowed = np.where(q > 0, w, np.inf) / (a + q * x)
-    return np.minimum(1 / fs, windowed)
+    return np.minimum(np.minimum(1 / fs, windowed), cap)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +161,8 @@ class _PsLoad:
 
     `q`: share of its fragments that wait for the PS; `a`: slot time without queueing; `c`,
     `g`: critical and copy packets per fragment; `frags`: fragments per iteration; `t_fixed`:
-    compute + fixed allreduce time; `server`: its PS process, numbered 0 .. servers-1, or
+    compute + fixed allreduce time; `cap`: a worker's fragment rate at its share of the
+    switch (inf: unlimited); `server`: its PS process, numbered 0 .. servers-1, or
     None when every job has a process of its own (process i serves job i).
     """
 
@@ -137,6 +172,7 @@ class _PsLoad:
     g: Vec
     frags: Vec
     t_fixed: Vec
+    cap: Vec
     server: npt.NDArray[np.intp] | None
     servers: int
 
@@ -149,7 +185,7 @@ def _cobham(s: float, fs: float, w: int, load: _PsLoad, x: Vec) -> Vec:
     """
     srv = load.server
     xj = x if srv is None else x[srv]
-    r = _rates(xj, load.q, load.a, w, fs)
+    r = _rates(xj, load.q, load.a, w, fs, load.cap)
     t = load.frags / r + load.a + load.q * xj
     d = t / (t + load.t_fixed)  # > 0: every process serves at least one job
     dr = d * r
@@ -244,19 +280,20 @@ def comm_rates(
     # gets it back a little at a time, so the shares that are not oscillating keep moving.
     step = np.full(2 * len(jobs), 0.5)
     pull = np.zeros(2 * len(jobs))
+    cap = np.full(len(jobs), np.inf)
     for _ in range(_ROUNDS):
         lost = bypass + evict
         q = lost if esa else np.ones_like(lost)
         c = bypass * n + evict * (n + 1) / 2 + (0.0 if esa else 1.0 - lost)
         g = 1.0 - lost if esa else np.zeros_like(lost)
         a = rtt + q * detour
-        load = _PsLoad(q, a, c, g, frags, iter_s + skew, by_server, len(servers))
+        load = _PsLoad(q, a, c, g, frags, iter_s + skew, cap, by_server, len(servers))
         guess = _sum_by(server, wait, len(servers)) / per_server if warm else None
         x = _solve_wait(s, fs, win, load, guess)[server]
         warm = True
         delta = float(np.max(np.abs(x - wait) / (x + detour)))
         wait = x
-        rate = _rates(x, q, a, win, fs)
+        rate = _rates(x, q, a, win, fs, cap)
         slot = rtt + q * (detour + x)
         t = frags / rate + slot + skew
         # How long a fragment's contributions take to all arrive: the workers' start skew
@@ -269,6 +306,14 @@ def comm_rates(
         held = rate * (1 - lost) * hold
         done = held - rate * (1 - lost) * spread  # atp: complete, awaiting the PS result
         duty = t / (t + iter_s)
+        if cfg.switch_pps > 0:
+            # Packets into the switch per worker fragment: its contribution, and a share of
+            # the PS result that re-enters the switch (one per PS-bound fragment).
+            per_frag = n + q
+            new_cap = _switch_cap(cfg.switch_pps, duty, rate * per_frag, per_frag)
+            moved_cap = np.where(np.isinf(cap), np.inf, np.abs(new_cap - cap) / new_cap)
+            delta = max(delta, float(np.max(np.minimum(moved_cap, 1.0))))
+            cap = np.where(np.isinf(cap), new_cap, 0.5 * (cap + new_cap))
         # Time-averaged aggregators held, and claim rates, by priority level (atp: all at 0).
         held_at = _sum_by(level, duty * held, top)
         claims_at = _sum_by(level, duty * rate * (1 - lost), top)

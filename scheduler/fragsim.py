@@ -3,17 +3,19 @@ switch rule (`p4ctl.rule.process`, the code the soft switch runs) in virtual tim
 
 Per job: n workers, each streaming its F fragments per iteration with at most ``window`` in
 flight, paced by its link; worker w starts an iteration's allreduce ``U(0, worker_skew_s)``
-after compute ends. Packets reach the switch after a link latency; whatever `process` emits
-goes to the job's workers (multicast) or to the job's PS process (``SimConfig.ps_of``: one
-process shared by every job by default), a server that takes ``ps_fragment_s`` per packet with
-two FIFO queues, critical-path packets first and esa's completion copies when it has nothing
-else (non-preemptive); it sums contributions by bitmap and, when a sequence is whole (or the
-switch hands it a complete sum under ``atp``), sends a PS result back through the switch. A
-worker resends a fragment whose result is late (``timeout_s``, doubling), or at once when
-more than 8 later results overtook it and it is older than twice its smoothed RTT (the worker
-client's fast retransmit). Loss drops worker -> switch packets with probability
-``loss_rate``. Admission and priorities come from the same `Scheduler` as
-`scheduler.simulator`. Meant for small cases: cost is linear in packets.
+after compute ends (the first compute starts ``job_setup_s`` after admission; each iteration
+ends ``iteration_overhead_s`` after its allreduce). Packets reach the switch after a link
+latency; whatever `process` emits goes to the job's workers (multicast) or to the job's PS
+process (``SimConfig.ps_of``: one process shared by every job by default), a server that takes
+``ps_fragment_s`` per packet with two FIFO queues, critical-path packets first and esa's
+completion copies when it has nothing else (non-preemptive); it sums contributions by bitmap
+and, when a sequence is whole (or the switch hands it a complete sum under ``atp``), sends a PS
+result back through the switch. A worker resends a fragment whose result is late (``timeout_s``,
+doubling), or at once when more than 8 later results overtook it and it is older than twice its
+smoothed RTT (the worker client's fast retransmit). Loss drops worker -> switch packets with
+probability ``loss_rate``. With ``switch_pps`` the switch is one FIFO server of that packet
+rate. Admission and priorities come from the same `Scheduler` as `scheduler.simulator`. Meant
+for small cases: cost is linear in packets.
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ class _FragmentSim:
         self.events = 0
         self.util: list[UtilSample] = []
         self.util_at = 0.0
+        self.switch_free = 0.0  # when the switch finishes the packets it has (switch_pps)
         for spec in jobs:
             self.at(spec.arrival_s, partial(self.arrive, spec))
 
@@ -166,7 +169,8 @@ class _FragmentSim:
         frags = math.ceil(rec.spec.grad_bytes / self.cfg.payload_bytes)
         run = _Run(rec, sid, frags)
         self.runs[sid] = run
-        self.at(self.clock.now() + rec.spec.iter_time_s, lambda: self.start_comm(run))
+        first = self.clock.now() + self.cfg.job_setup_s + rec.spec.iter_time_s
+        self.at(first, lambda: self.start_comm(run))
 
     def start_comm(self, run: _Run) -> None:
         now = self.clock.now()
@@ -193,8 +197,12 @@ class _FragmentSim:
         self.sample_memory()
         rec.iterations_done += 1
         run.iteration += 1
+        overhead = self.cfg.iteration_overhead_s
         if run.iteration >= rec.spec.iterations:
-            self.decide(finished=rec)
+            if overhead > 0:
+                self.at(now + overhead, lambda: self.decide(finished=rec))
+            else:
+                self.decide(finished=rec)
             return
         step = max(1, int(self.cfg.progress_step * rec.spec.iterations))
         mark = run.iteration % step == 0
@@ -202,7 +210,7 @@ class _FragmentSim:
             self.table.progress_mark(rec)
         if mark or after != before:
             self.decide()
-        self.at(now + rec.spec.iter_time_s, lambda: self.start_comm(run))
+        self.at(now + overhead + rec.spec.iter_time_s, lambda: self.start_comm(run))
 
     def sample_memory(self) -> None:
         now = self.clock.now()
@@ -265,6 +273,16 @@ class _FragmentSim:
         self.at(self.clock.now() + 2 * after, lambda: self.timeout(run, w, seq, 2 * after))
 
     def switch(self, pkt: Packet) -> None:
+        """A packet reaches the switch: processed at once, or, when the switch has a packet
+        rate (`SimConfig.switch_pps`), after the packets ahead of it (one FIFO server)."""
+        pps = self.cfg.switch_pps
+        if pps <= 0:
+            self.handle(pkt)
+            return
+        self.switch_free = max(self.clock.now(), self.switch_free) + 1 / pps
+        self.at(self.switch_free, partial(self.handle, pkt))
+
+    def handle(self, pkt: Packet) -> None:
         run = self.runs[pkt.job]
         if run.rec.state != JobState.RUNNING:
             return  # a straggler packet of a job that already left

@@ -1,10 +1,11 @@
 """The aggregate discrete-event simulator: whole workloads in virtual time, in seconds.
 
-Events are arrivals, finishes, progress marks (every ``progress_step`` of a job's
-iterations, where priorities are recomputed) and aging crossings. Between two events the set
-of jobs holding memory and their priorities are fixed, so each job advances at the steady
-rate the fluid model (`scheduler.fluid`) gives for that set: one iteration per
-``iter_time_s + t_comm``. Admission and priorities come from the same `Scheduler` the service
+Events are arrivals, finishes, progress marks (every ``progress_step`` of a job's iterations,
+where priorities are recomputed) and aging crossings. Between two events the set of jobs holding
+memory and their priorities are fixed, so each job advances at the steady rate the fluid model
+(`scheduler.fluid`) gives for that set: one iteration per ``iter_time_s + iteration_overhead_s +
+t_comm``. An admitted job first spends ``job_setup_s`` holding its admission without sending
+(its end is an event too). Admission and priorities come from the same `Scheduler` the service
 uses, driven by a `VirtualClock`. ``scheduler.fragsim`` is the packet-level reference.
 
     >>> from scheduler.workload import load_workload
@@ -47,15 +48,18 @@ def simulate(jobs: Sequence[JobSpec], cfg: SimConfig) -> RunResult:
     rates: dict[int, CommRate] = {}
     key: tuple[tuple[int, int], ...] = ()
     events = 0
+    # Admitted jobs still in their set-up (SimConfig.job_setup_s): job id -> when it ends.
+    setup: dict[int, float] = {}
     while pending or table.active():
-        active = table.active()
+        now = clock.now()
+        active = [r for r in table.active() if r.spec.job_id not in setup]
         new_key = tuple((r.spec.job_id, r.priority) for r in active)
         if new_key != key:
             key = new_key
-            flows = [_flow(r) for r in active]
+            flows = [_flow(cfg, r) for r in active]
             rates = comm_rates(cfg, flows, start=rates)
-        now = clock.now()
         t_next = pending[0].arrival_s if pending else math.inf
+        t_next = min(t_next, *setup.values()) if setup else t_next
         for rec in active:
             t_next = min(t_next, now + _time_to_event(cfg, rec, rates[rec.spec.job_id]))
         marks = {rec.spec.job_id: _next_mark(cfg, rec) for rec in active}
@@ -66,6 +70,9 @@ def simulate(jobs: Sequence[JobSpec], cfg: SimConfig) -> RunResult:
         while pending and pending[0].arrival_s <= t_next + _EPS:
             table.add(pending.popleft())
             changed = True
+        for job_id, until in list(setup.items()):
+            if until <= t_next + _EPS:
+                del setup[job_id]
         for rec in active:
             if rec.iterations_done >= rec.spec.iterations - _EPS:
                 table.finish(t_next, rec)
@@ -78,17 +85,21 @@ def simulate(jobs: Sequence[JobSpec], cfg: SimConfig) -> RunResult:
         for rec in table.active():
             if rec.state == JobState.ADMITTED:
                 table.start(rec)
+                if cfg.job_setup_s > 0:
+                    setup[rec.spec.job_id] = t_next + cfg.job_setup_s
     unfinished = sum(1 for r in table.records.values() if r.state != JobState.FINISHED)
     return RunResult(cfg, table.results(), tuple(util), events, unfinished)
 
 
-def _flow(rec: JobRecord) -> FlowJob:
+def _flow(cfg: SimConfig, rec: JobRecord) -> FlowJob:
+    """`rec` as the fluid model sees it: the iteration overhead is time it does not send."""
     s = rec.spec
-    return FlowJob(s.job_id, s.workers, s.grad_bytes, s.iter_time_s, rec.priority)
+    compute = s.iter_time_s + cfg.iteration_overhead_s
+    return FlowJob(s.job_id, s.workers, s.grad_bytes, compute, rec.priority)
 
 
-def _iter_s(rec: JobRecord, rate: CommRate) -> float:
-    return rec.spec.iter_time_s + rate.t_comm_s
+def _iter_s(cfg: SimConfig, rec: JobRecord, rate: CommRate) -> float:
+    return rec.spec.iter_time_s + cfg.iteration_overhead_s + rate.t_comm_s
 
 
 def _next_mark(cfg: SimConfig, rec: JobRecord) -> float:
@@ -100,7 +111,7 @@ def _next_mark(cfg: SimConfig, rec: JobRecord) -> float:
 
 def _time_to_event(cfg: SimConfig, rec: JobRecord, rate: CommRate) -> float:
     """Time until `rec` finishes, passes its next progress mark or ages one level."""
-    per_iter = _iter_s(rec, rate)
+    per_iter = _iter_s(cfg, rec, rate)
     t = max(0.0, _next_mark(cfg, rec) - rec.iterations_done) * per_iter
     starving = rate.duty * (rate.bypass + rate.evict)
     # Only esa's switch reads priority levels, so only there is an aging crossing an event.
@@ -123,7 +134,7 @@ def _advance(
     live = complete = crit = copies = 0.0
     for rec in active:
         rate = rates[rec.spec.job_id]
-        iters = min(dt / _iter_s(rec, rate), rec.spec.iterations - rec.iterations_done)
+        iters = min(dt / _iter_s(cfg, rec, rate), rec.spec.iterations - rec.iterations_done)
         rec.iterations_done += iters
         lost = rate.bypass + rate.evict
         grad = iters * rec.spec.grad_bytes

@@ -1,0 +1,102 @@
+"""bench.jct_validate without the emulation: the comparison, the fit and the whole command.
+
+The probes' JCTs are made by the simulator itself with known parameters, so the fit must give
+those parameters back."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+import bench.jct_validate as v
+from bench.jct_emu import EMU_AGGREGATORS, EMU_WINDOW, emu_workload
+from bench.jct_params import BenchParams
+from scheduler.workload import write_workload
+
+TRUE = BenchParams(
+    aggregators=EMU_AGGREGATORS,
+    window=EMU_WINDOW,
+    ps_processes="1",
+    link_gbps=0.015,  # binds a lone probe (5,500 fragments/s per worker) ...
+    switch_pps=16_000.0,  # ... while two probes share the switch (4,000 each)
+    ps_gbps=0.02,
+    job_setup_s=0.3,
+    iteration_overhead_s=0.02,
+)
+PROBE_BYTES, CONCURRENT = 65536, 2
+
+
+def _simulated_probe(policy: str, grad_bytes: int, concurrent: int = CONCURRENT) -> dict:
+    run = v.skewed_runner(None)
+
+    def jct(k: int) -> float:
+        jobs = v._probe_jobs(grad_bytes, k, concurrent)
+        return statistics.fmean(j.jct_s for j in run(jobs, policy, TRUE).jobs)
+
+    short, long = jct(v.K1), jct(v.K2)
+    step = (long - short) / (v.K2 - v.K1)
+    return {"per_iteration_s": step, "fixed_s": short - v.K1 * step}
+
+
+@pytest.fixture(scope="module")
+def rates() -> dict:
+    return {
+        "probe_bytes": PROBE_BYTES,
+        "probe_workers": v.PROBE_WORKERS,
+        "probe_jobs": CONCURRENT,
+        "static": _simulated_probe("static", PROBE_BYTES),
+        "atp": _simulated_probe("atp", PROBE_BYTES),
+        "overhead": _simulated_probe("static", v.FRAGMENT_BYTES),
+        "static_alone": _simulated_probe("static", PROBE_BYTES, 1),
+    }
+
+
+def test_the_fit_gives_back_the_parameters_that_made_the_probes(rates: dict) -> None:
+    params, skew, derived = v.matched_params(rates)
+    assert skew is None
+    assert params.link_gbps == pytest.approx(TRUE.link_gbps, rel=0.02)
+    assert params.switch_pps == pytest.approx(TRUE.switch_pps, rel=0.02)
+    assert params.ps_gbps == pytest.approx(TRUE.ps_gbps, rel=0.05)
+    assert params.iteration_overhead_s == pytest.approx(TRUE.iteration_overhead_s, rel=0.05)
+    assert params.job_setup_s == pytest.approx(TRUE.job_setup_s, abs=0.01)
+    assert derived["fit_rounds"] < 6  # it settled
+
+
+def test_compare_reports_gaps_ranking_and_verdict() -> None:
+    def summary(**avg: float) -> dict:
+        return {"policies": {k: {"avg_jct": x} for k, x in avg.items()}}
+
+    emu = summary(static=10.0, atp=8.0, esa=6.0)
+    good = v.compare(emu, summary(static=11.0, atp=7.5, esa=6.3))
+    assert good["policies"]["static"]["gap_pct"] == pytest.approx(10.0)
+    assert good["ranking_agrees"] and good["within_tolerance"] and good["passed"]
+    far = v.compare(emu, summary(static=12.0, atp=8.0, esa=6.0))
+    assert far["max_abs_gap_pct"] == pytest.approx(20.0) and not far["passed"]
+    close = summary(static=10.0, atp=6.5, esa=6.0)
+    swapped = v.compare(close, summary(static=10.0, atp=6.1, esa=6.2))
+    assert swapped["within_tolerance"] and not swapped["ranking_agrees"]
+    assert not swapped["passed"]
+    assert swapped["sim_ranking"] == ["atp", "esa", "static"]
+
+
+def test_the_command_writes_the_validation_of_an_emu_folder(rates: dict, tmp_path: Path) -> None:
+    # An "emulation" that is the simulator with the true parameters: the fitted --sim run must
+    # then agree with it closely, in gap and ranking.
+    from bench.jct import run_bench
+
+    jobs = emu_workload("synthetic-10", 0)
+    write_workload(jobs, tmp_path / "workload.csv")
+    run_bench(
+        list(jobs), ["static", "atp", "esa"], TRUE, v.skewed_runner(None), out=tmp_path,
+        workload=str(tmp_path / "workload.csv"), backend="sim", command="test",
+    )  # fmt: skip
+    (tmp_path / "rates.json").write_text(json.dumps(rates))
+    code = v.main(["--emu-out", str(tmp_path), "--rates", str(tmp_path / "rates.json")])
+    result = json.loads((tmp_path / "validation.json").read_text())
+    assert result["max_abs_gap_pct"] < 3.0
+    assert result["ranking_agrees"] and result["passed"] and code == 0
+    assert "## Validation: --sim against --emu" in (tmp_path / "report.md").read_text()
+    assert "Validation PASSED" in (tmp_path / "validation.md").read_text()
