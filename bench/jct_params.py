@@ -40,6 +40,7 @@ class BenchParams:
     job_setup_s: float = 0.0
     iteration_overhead_s: float = 0.0
     switch_pps: float = 0.0
+    ps_shares_switch: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,6 +58,10 @@ class BenchParams:
             value = int(raw)
         elif kind in ("float", float):
             value = float(raw)
+        elif kind in ("bool", bool):
+            if raw.lower() not in ("0", "1", "false", "true"):
+                raise ValueError(f"{field_name} is true or false, got {raw!r}")
+            value = raw.lower() in ("1", "true")
         else:
             value = raw
         return replace(self, **{field_name: value})
@@ -118,6 +123,10 @@ SOURCES: dict[str, str] = {
     "switch_pps": (
         "0: a Tofino pipeline processes packets at line rate; the loopback soft switch is one "
         "CPU, whose packet rate bench.jct_validate measures with probe jobs"
+    ),
+    "ps_shares_switch": (
+        "false: a testbed's PS is a host of its own; the loopback service runs the soft switch "
+        "and the PS in one process (bench.jct_validate sets it)"
     ),
 }
 

@@ -242,6 +242,7 @@ def matched_params(rates: dict[str, Any]) -> tuple[BenchParams, float | None, di
         lanes=64,
         ps_processes="1",
         job_setup_s=max(0.0, setup),
+        ps_shares_switch=True,
     )
     atp_t = rates["atp"]["per_iteration_s"]
     static_t = rates["static"]["per_iteration_s"]
@@ -292,6 +293,7 @@ def matched_params(rates: dict[str, Any]) -> tuple[BenchParams, float | None, di
         "job_setup_s": base.job_setup_s,
         "iteration_overhead_s": base.iteration_overhead_s,
         "switch_pps": base.switch_pps,
+        "ps_shares_switch": True,
         "worker_skew_s": skew,
         "static_per_iteration_s": static_t,
         "atp_per_iteration_s": atp_t,
@@ -314,6 +316,7 @@ def _sets(params: BenchParams) -> list[str]:
         "job_setup_s",
         "iteration_overhead_s",
         "switch_pps",
+        "ps_shares_switch",
     ):
         out += ["--set", f"{name}={getattr(params, name)}"]
     return out
@@ -399,6 +402,7 @@ def _markdown(result: dict[str, Any], rates: dict[str, Any], derived: dict[str, 
         + (" (a lone job is not held back by its link)" if link > 999 else "")
         + f", ps_gbps={derived['ps_gbps']:.6g}, job_setup_s={derived['job_setup_s']:.4g}, "
         f"iteration_overhead_s={derived['iteration_overhead_s']:.4g}, ps_processes=1, "
+        "ps_shares_switch=true, "
         f"aggregators={derived['aggregators']}, window={derived['window']}, lanes=64. "
         "Command: `" + result["sim_command"] + "`.",
         "",

@@ -43,7 +43,9 @@ class SimConfig:
 
     `switch_pps`: packets per second the switch processes, shared by every job (0: line rate,
     as a hardware pipeline; a software switch is one CPU). A worker's first retransmission
-    timeout then also allows for a switch queue of 64 windows.
+    timeout then also allows for a switch queue of 64 windows. `ps_shares_switch`: the PS
+    runs on the switch's CPU (the loopback service embeds both in one process), so every
+    packet the PS receives also takes ``1 / switch_pps`` of the switch.
     """
 
     policy: str = "esa"
@@ -67,6 +69,7 @@ class SimConfig:
     job_setup_s: float = 0.0
     iteration_overhead_s: float = 0.0
     switch_pps: float = 0.0
+    ps_shares_switch: bool = False
 
     def __post_init__(self) -> None:
         if self.ps_processes != PER_JOB and (

@@ -39,7 +39,8 @@ PS process. Assumptions (the fragment-level model in `scheduler.fragsim` makes n
   contributions plus, when its result comes from the PS, that result. While job j
   communicates it gets the capacity the others' duty-weighted packet rates leave, and never
   less than a fair share among the jobs expected to be communicating (processor sharing);
-  its workers' fragment rate is capped there.
+  its workers' fragment rate is capped there. With `SimConfig.ps_shares_switch` the packets
+  the PS receives count on that processor too.
 """
 
 from __future__ import annotations
@@ -307,9 +308,10 @@ def comm_rates(
         done = held - rate * (1 - lost) * spread  # atp: complete, awaiting the PS result
         duty = t / (t + iter_s)
         if cfg.switch_pps > 0:
-            # Packets into the switch per worker fragment: its contribution, and a share of
-            # the PS result that re-enters the switch (one per PS-bound fragment).
-            per_frag = n + q
+            # Packets the switch's CPU handles per fragment: the n contributions, the PS result
+            # that re-enters the switch (one per PS-bound fragment) and, when the PS runs on
+            # that CPU, the packets the PS receives (critical ones and esa's copies).
+            per_frag = n + q + (c + g if cfg.ps_shares_switch else 0.0)
             new_cap = _switch_cap(cfg.switch_pps, duty, rate * per_frag, per_frag)
             moved_cap = np.where(np.isinf(cap), np.inf, np.abs(new_cap - cap) / new_cap)
             delta = max(delta, float(np.max(np.minimum(moved_cap, 1.0))))

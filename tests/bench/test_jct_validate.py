@@ -25,6 +25,7 @@ TRUE = BenchParams(
     ps_gbps=0.02,
     job_setup_s=0.3,
     iteration_overhead_s=0.02,
+    ps_shares_switch=True,
 )
 PROBE_BYTES, CONCURRENT = 65536, 2
 
