@@ -1,9 +1,12 @@
 """Validation of ``--sim`` against ``--emu`` (issue 8, item 4) on one small workload.
 
-    python -m bench.jct_validate --emu-out DIR [--probe-bytes 65536] [--repeat 2] [--skew]
+    python -m bench.jct_validate --emu-out DIR [--repeats DIR2 ...] [--probe-bytes 65536]
+                                 [--repeat 2] [--rates FILE] [--skew]
 
 `DIR` is the output folder of an ``inasched bench jct ... --emu`` run (it holds the scaled
-``workload.csv`` and ``summary.json``). This module
+``workload.csv`` and ``summary.json``); `--repeats` names more runs of the same workload,
+whose average JCTs are averaged with DIR's (the loopback's run-to-run spread is 5-15% per
+policy on 2 cores, as large as the differences between the policies). This module
 
 1. measures the loopback, on the same machine, with the same service, soft switch, PS and
    worker processes as the emulation (`bench.jct_emu`), using probe jobs only (never the
@@ -322,6 +325,27 @@ def _sets(params: BenchParams) -> list[str]:
     return out
 
 
+def mean_summary(folders: list[Path]) -> dict[str, Any]:
+    """The summaries of --emu runs of one workload, each policy's average JCT averaged over
+    the runs (``runs``: each run's; ``spread_pct``: (max - min) / mean, the emulation's own
+    run-to-run noise). Raises ValueError when the runs' workloads differ."""
+    first = (folders[0] / "workload.csv").read_text()
+    for folder in folders[1:]:
+        if (folder / "workload.csv").read_text() != first:
+            raise ValueError(f"{folder} ran another workload than {folders[0]}")
+    runs = [json.loads((f / "summary.json").read_text()) for f in folders]
+    policies: dict[str, Any] = {}
+    for name in runs[0]["policies"]:
+        values = [float(r["policies"][name]["avg_jct"]) for r in runs]
+        mean = statistics.fmean(values)
+        policies[name] = {
+            "avg_jct": mean,
+            "runs": values,
+            "spread_pct": 100 * (max(values) - min(values)) / mean,
+        }
+    return {"policies": policies, "folders": [str(f) for f in folders]}
+
+
 def compare(emu: dict[str, Any], sim: dict[str, Any]) -> dict[str, Any]:
     """Per-policy average JCTs, gaps (%) and whether the rankings agree."""
     rows = {}
@@ -331,6 +355,9 @@ def compare(emu: dict[str, Any], sim: dict[str, Any]) -> dict[str, Any]:
             continue
         ea, sa = float(e["avg_jct"]), float(s["avg_jct"])
         rows[name] = {"emu_avg_jct": ea, "sim_avg_jct": sa, "gap_pct": 100 * (sa - ea) / ea}
+        if "runs" in e:
+            rows[name]["emu_runs"] = e["runs"]
+            rows[name]["emu_spread_pct"] = e["spread_pct"]
     emu_rank = sorted(rows, key=lambda n: rows[n]["emu_avg_jct"])
     sim_rank = sorted(rows, key=lambda n: rows[n]["sim_avg_jct"])
     worst = max((abs(r["gap_pct"]) for r in rows.values()), default=None)
@@ -349,12 +376,15 @@ def _table(title: str, result: dict[str, Any]) -> list[str]:
     lines = [
         title,
         "",
-        "| policy | emu avg JCT (s) | sim avg JCT (s) | gap (sim-emu)/emu |",
-        "|---|---|---|---|",
+        "| policy | emu avg JCT (s) | emu runs (s) | run-to-run spread | sim avg JCT (s) | "
+        "gap (sim-emu)/emu |",
+        "|---|---|---|---|---|---|",
     ]
     for name, r in result["policies"].items():
+        runs = ", ".join(f"{x:.2f}" for x in r.get("emu_runs", [r["emu_avg_jct"]]))
         lines.append(
-            f"| {name} | {r['emu_avg_jct']:.2f} | {r['sim_avg_jct']:.2f} | {r['gap_pct']:+.1f}% |"
+            f"| {name} | {r['emu_avg_jct']:.2f} | {runs} | {r.get('emu_spread_pct', 0.0):.1f}% "
+            f"| {r['sim_avg_jct']:.2f} | {r['gap_pct']:+.1f}% |"
         )
     gap = result["max_abs_gap_pct"]
     within = "within" if result["within_tolerance"] else "NOT within"
@@ -425,6 +455,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--emu-out", required=True, type=Path, help="output folder of an --emu run")
     p.add_argument("--probe-bytes", type=int, default=65536)
     p.add_argument("--repeat", type=int, default=2, help="probe pairs per policy (median)")
+    p.add_argument(
+        "--repeats",
+        nargs="*",
+        type=Path,
+        default=[],
+        help="more --emu runs of the same workload.csv; the average JCTs of all are compared",
+    )
     p.add_argument("--rates", type=Path, help="reuse a rates JSON instead of measuring")
     p.add_argument(
         "--concurrency",
@@ -439,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     out: Path = args.emu_out
-    emu = json.loads((out / "summary.json").read_text())
+    emu = mean_summary([out, *args.repeats])
     if args.rates:
         rates = json.loads(args.rates.read_text())
     else:

@@ -22,7 +22,8 @@ TRUE = BenchParams(
     ps_processes="1",
     link_gbps=0.015,  # binds a lone probe (5,500 fragments/s per worker) ...
     switch_pps=16_000.0,  # ... while two probes share the switch (4,000 each)
-    ps_gbps=0.02,
+    ps_gbps=0.008,  # the PS binds atp's probe; at 0.02 the switch CPU would, and the fit
+    # could not see ps_gbps at all (atp's iteration moves 0.04% per 7% of PS rate)
     job_setup_s=0.3,
     iteration_overhead_s=0.02,
     ps_shares_switch=True,
@@ -101,3 +102,19 @@ def test_the_command_writes_the_validation_of_an_emu_folder(rates: dict, tmp_pat
     assert result["ranking_agrees"] and result["passed"] and code == 0
     assert "## Validation: --sim against --emu" in (tmp_path / "report.md").read_text()
     assert "Validation PASSED" in (tmp_path / "validation.md").read_text()
+
+
+def test_repeated_emu_runs_are_averaged_and_must_share_a_workload(tmp_path: Path) -> None:
+    for name, static, esa in (("a", 6.0, 5.0), ("b", 7.0, 5.5)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "workload.csv").write_text("same\n")
+        policies = {"static": {"avg_jct": static}, "esa": {"avg_jct": esa}}
+        (folder / "summary.json").write_text(json.dumps({"policies": policies}))
+    mean = v.mean_summary([tmp_path / "a", tmp_path / "b"])
+    assert mean["policies"]["static"]["avg_jct"] == pytest.approx(6.5)
+    assert mean["policies"]["static"]["spread_pct"] == pytest.approx(100 / 6.5)
+    assert mean["policies"]["esa"]["runs"] == [5.0, 5.5]
+    (tmp_path / "b" / "workload.csv").write_text("other\n")
+    with pytest.raises(ValueError, match="another workload"):
+        v.mean_summary([tmp_path / "a", tmp_path / "b"])

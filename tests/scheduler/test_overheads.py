@@ -46,3 +46,37 @@ def test_both_simulators_agree_on_contending_jobs_with_overheads(policy: str) ->
 def test_negative_overheads_are_refused(name: str) -> None:
     with pytest.raises(ValueError, match=name):
         SimConfig(**{name: -1.0})
+
+
+SWITCH = SimConfig(pool=Pool(256), window=32, link_bps=1e9, ps_bps=0.05e9, switch_pps=16_000)
+
+
+def _probes(count: int, iterations: int = 12) -> tuple[JobSpec, ...]:
+    return tuple(JobSpec(i, 0.0, 2, f"p{i}", 65536, 0.0, iterations) for i in range(count))
+
+
+def test_jobs_share_the_switch_packet_rate() -> None:
+    cfg = replace(SWITCH, policy="static")
+    frags = 65536 // cfg.payload_bytes
+    for count in (1, 2, 3):
+        jct = simulate(_probes(count), cfg).jct_summary()["mean"]
+        # Each fragment is 2 contributions; `count` jobs stream at once through one switch.
+        assert jct / 12 == pytest.approx(count * frags * 2 / cfg.switch_pps, rel=0.02)
+
+
+@pytest.mark.parametrize("policy", ["static", "atp", "esa"])
+@pytest.mark.parametrize("shared", [False, True])
+def test_both_simulators_agree_on_a_shared_switch(policy: str, shared: bool) -> None:
+    cfg = replace(SWITCH, policy=policy, ps_processes=1, ps_shares_switch=shared)
+    jobs = tuple(JobSpec(i, 0.05 * i, 2, f"j{i}", 32768, 0.01, 8) for i in range(3))
+    fluid = simulate(jobs, cfg).jct_summary()["mean"]
+    fragments = simulate_fragments(jobs, cfg).jct_summary()["mean"]
+    assert fluid == pytest.approx(fragments, rel=0.06)
+
+
+def test_a_ps_on_the_switch_cpu_slows_esa_by_its_copies() -> None:
+    cfg = replace(SWITCH, policy="esa", ps_processes=1)
+    apart = simulate(_probes(2), cfg).jct_summary()["mean"]
+    shared = simulate(_probes(2), replace(cfg, ps_shares_switch=True)).jct_summary()["mean"]
+    # esa copies every completed sum to the PS: 3 packets per fragment instead of 2.
+    assert shared / apart == pytest.approx(1.5, rel=0.03)
