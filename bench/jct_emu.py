@@ -28,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -65,9 +65,14 @@ EMU_WINDOW = 32
 JOB_TIMEOUT_S = 900.0
 POLL_S = 0.5
 # Aggregator states (GET /switch runs: 1 partial, 2 complete, 3 flushed) counted as occupied
-# in the memory utilisation; bench.jct_validate counts only partial ones (the simulator's
-# "live" share) when it measures how long an aggregator is held.
-OCCUPANCY_STATES: tuple[int, ...] = (1, 2, 3)
+# in the memory utilisation: those another job's fragment cannot claim, as --sim counts them.
+# Under esa a complete aggregator is claimable at once (p4/PROTOCOL.md, section 5), so only
+# partial sums hold memory; under atp a complete sum holds its aggregator until the PS result.
+OCCUPANCY_STATES: dict[str, tuple[int, ...]] = {
+    "static": (1, 2, 3),
+    "atp": (1, 2),
+    "esa": (1,),
+}
 # Seconds a worker waits for a result before it gives up (exit 4); loopback on a busy
 # 2-core machine stalls for seconds at a time.
 WORKER_TIMEOUT_S = 60.0
@@ -194,6 +199,7 @@ def _run_policy(
     jobs: Sequence[JobSpec], policy: str, params: BenchParams, data_dir: Path
 ) -> PolicyRun:
     util: list[tuple[float, float]] = []
+    occupied = OCCUPANCY_STATES.get(policy, (1, 2, 3))
     warm: dict[int, list[_Warm]] = {}
     try:
         for job in jobs:
@@ -210,14 +216,18 @@ def _run_policy(
             )
             try:
                 t0 = time.monotonic()
+
+                def sample() -> None:
+                    _sample_switch(http, util, t0, occupied)
+
                 ids: dict[int, int] = {}
                 for job in jobs:
-                    _sleep_until(t0 + job.arrival_s, http, util, t0)
+                    _sleep_until(t0 + job.arrival_s, sample)
                     created = _submit(http, job)
                     ids[created["id"]] = job.job_id
                     for p in warm[job.job_id]:
                         p.go(_worker_argv(svc.url, created, job))
-                rows = _wait(http, ids, util, t0, warm)
+                rows = _wait(http, ids, sample, warm)
             finally:
                 http.close()
     finally:
@@ -333,31 +343,32 @@ def _worker_argv(url: str, created: dict[str, Any], job: JobSpec) -> list[str]:
     ]
 
 
-def _sample_switch(http: httpx.Client, util: list[tuple[float, float]], t0: float) -> None:
+def _sample_switch(
+    http: httpx.Client, util: list[tuple[float, float]], t0: float, occupied: tuple[int, ...]
+) -> None:
     resp = http.get("/switch")
     if resp.status_code == 200:
         body = resp.json()
         runs = body.get("runs", [])
-        busy = sum(run[1] for run in runs if len(run) < 4 or run[3] in OCCUPANCY_STATES)
+        busy = sum(run[1] for run in runs if len(run) < 4 or run[3] in occupied)
         util.append((time.monotonic() - t0, busy / max(1, body.get("aggregators", 1))))
 
 
-def _sleep_until(t: float, http: httpx.Client, util: list[tuple[float, float]], t0: float) -> None:
+def _sleep_until(t: float, sample: Callable[[], None]) -> None:
     while time.monotonic() < t:
-        _sample_switch(http, util, t0)
+        sample()
         time.sleep(min(POLL_S, max(0.0, t - time.monotonic())))
 
 
 def _wait(
     http: httpx.Client,
     ids: dict[int, int],
-    util: list[tuple[float, float]],
-    t0: float,
+    sample: Callable[[], None],
     warm: dict[int, list[_Warm]],
 ) -> list[dict[str, Any]]:
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while True:
-        _sample_switch(http, util, t0)
+        sample()
         resp = http.get("/jobs", params={"limit": 500})
         resp.raise_for_status()
         mine = [j for j in resp.json()["items"] if j["id"] in ids]

@@ -130,6 +130,10 @@ def render_report(
         "",
         f"{n_jobs} jobs; policies: {', '.join(summaries)}. Times in seconds of virtual time "
         "(`--sim`) or wall time (`--emu`); ratio = baseline average JCT / esa average JCT.",
+        "Memory utilisation is the time-averaged share of the aggregator pool that another "
+        "job's fragment cannot claim: static's reserved partitions; atp's partial sums and "
+        "complete sums awaiting the PS result; esa's partial sums only (under esa a complete "
+        "aggregator is claimable at once, so esa holds memory only while a sum fills).",
         "",
         "## Results",
         "",

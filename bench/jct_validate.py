@@ -122,12 +122,8 @@ def measure_occupancy(grad_bytes: int, concurrent: int) -> dict[str, Any]:
     import bench.jct_emu as emu
 
     jobs = _probe_jobs(grad_bytes, K2, concurrent)
-    saved = emu.OCCUPANCY_STATES
-    emu.OCCUPANCY_STATES = (1,)
-    try:
-        run = emu.emu_runner()(jobs, "esa", BenchParams())
-    finally:
-        emu.OCCUPANCY_STATES = saved
+    # esa's utilisation counts partial aggregators only (emu.OCCUPANCY_STATES).
+    run = emu.emu_runner()(jobs, "esa", BenchParams())
     first_start = min(j.start_s for j in run.jobs)
     first_end = min(j.finish_s for j in run.jobs)
     samples = [v for t, v in run.utilisation if first_start <= t <= first_end]

@@ -83,3 +83,24 @@ def test_minimal_emu_run_writes_outputs_from_the_job_store(
     assert len(rows) == 2
     assert {round(float(r["jct_s"]), 6) for r in rows} == store_jct
     assert doc["policies"]["esa"]["avg_jct"] == pytest.approx(sum(store_jct) / 2, rel=1e-6)
+
+
+class _SwitchBody:
+    status_code = 200
+
+    def json(self) -> dict[str, Any]:
+        # 10 aggregators: 2 partial, 3 complete, 1 flushed (static's), the rest free.
+        return {"aggregators": 10, "runs": [[0, 2, 7, 1], [2, 3, 7, 2], [5, 1, 8, 3]]}
+
+
+class _Http:
+    def get(self, path: str) -> _SwitchBody:
+        assert path == "/switch"
+        return _SwitchBody()
+
+
+@pytest.mark.parametrize(("policy", "share"), [("static", 0.6), ("atp", 0.5), ("esa", 0.2)])
+def test_utilisation_counts_what_another_job_cannot_claim(policy: str, share: float) -> None:
+    util: list[tuple[float, float]] = []
+    emu._sample_switch(_Http(), util, 0.0, emu.OCCUPANCY_STATES[policy])  # type: ignore[arg-type]
+    assert util[0][1] == pytest.approx(share)
