@@ -40,7 +40,7 @@ class BenchParams:
     job_setup_s: float = 0.0
     iteration_overhead_s: float = 0.0
     switch_pps: float = 0.0
-    ps_shares_switch: bool = False
+    ps_switch_cost: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -124,9 +124,10 @@ SOURCES: dict[str, str] = {
         "0: a Tofino pipeline processes packets at line rate; the loopback soft switch is one "
         "CPU, whose packet rate bench.jct_validate measures with probe jobs"
     ),
-    "ps_shares_switch": (
-        "false: a testbed's PS is a host of its own; the loopback service runs the soft switch "
-        "and the PS in one process (bench.jct_validate sets it)"
+    "ps_switch_cost": (
+        "0: a testbed's PS is a host of its own; the loopback service's PS shares the CPU with "
+        "the soft switch, and bench.jct_validate measures what a PS packet costs it with an "
+        "esa probe (switch packet-times per packet the PS receives)"
     ),
 }
 

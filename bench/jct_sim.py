@@ -50,7 +50,7 @@ def sim_config(policy: str, params: BenchParams) -> SimConfig:
         job_setup_s=params.job_setup_s,
         iteration_overhead_s=params.iteration_overhead_s,
         switch_pps=params.switch_pps,
-        ps_shares_switch=params.ps_shares_switch,
+        ps_switch_cost=params.ps_switch_cost,
     )
 
 
@@ -70,7 +70,7 @@ _SET_BY_BENCH = frozenset(
         "job_setup_s",
         "iteration_overhead_s",
         "switch_pps",
-        "ps_shares_switch",
+        "ps_switch_cost",
     }
 )
 

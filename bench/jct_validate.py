@@ -14,16 +14,20 @@ policy on 2 cores, as large as the differences between the policies). This modul
    (`c` = the emulation's mean number of jobs in the system), run for `K1` and `K2`
    iterations. The difference of the two JCTs divided by ``K2 - K1`` is the per-iteration
    time, free of the per-job fixed cost (service round trips, join), which is the rest.
-   Under ``static`` every fragment is aggregated in the switch; under ``atp`` every fragment
-   also passes through the PS; a one-fragment static probe gives what an iteration costs
-   besides its fragments (the worker's blocking progress report).
+   Under ``static`` every fragment is aggregated in the switch; under ``esa`` too, and its
+   complete sum is copied to the PS; under ``atp`` every fragment's result comes from the PS;
+   a one-fragment static probe gives what an iteration costs besides its fragments (the
+   worker's blocking progress report); one static probe alone whether a lone job is held
+   back by its link.
 2. fits the simulator's parameters to those probes, by bisection on the simulator itself (so
    the fit uses exactly its model of a fragment's path): ``job_setup_s`` is the probes' fixed
    cost, ``iteration_overhead_s`` the one-fragment probe's time less the simulator's own
-   allreduce of one fragment, ``link_gbps`` the rate that gives the static probe its
-   measured time and ``ps_gbps`` the atp probe's; ``ps_processes=1`` (the service embeds one
-   PS process), and the emulation's pool, window and lanes. The fit alternates until the
-   rates settle.
+   allreduce of one fragment, ``switch_pps`` the packet rate that gives the static probes
+   their measured time (``link_gbps`` the lone one's), ``ps_switch_cost`` what a packet the
+   PS receives costs the shared CPU, from the esa probe, and ``ps_gbps`` the atp probe's
+   (1000 when the shared CPU already explains it); ``ps_processes=1`` (the service embeds
+   one PS process), and the emulation's pool, window and lanes. The fit alternates until
+   the rates settle.
 3. runs ``bench.jct --sim`` on ``DIR/workload.csv`` with those parameters into ``DIR/sim``
    and compares each policy's average JCT: gap = (sim - emu) / emu in %, and whether the
    policies rank the same. ``DIR/validation.json`` and ``DIR/validation.md`` hold the result
@@ -107,7 +111,7 @@ def measure_rates(grad_bytes: int, repeat: int, concurrent: int) -> dict[str, An
         "probe_workers": PROBE_WORKERS,
         "probe_jobs": concurrent,
     }
-    for policy in ("static", "atp"):
+    for policy in ("static", "atp", "esa"):
         out[policy] = _per_iteration(policy, grad_bytes, repeat, concurrent)
     out["overhead"] = _per_iteration("static", FRAGMENT_BYTES, repeat, concurrent)
     if concurrent > 1:
@@ -219,6 +223,25 @@ def sim_rate_for(
     return math.sqrt(lo * hi)
 
 
+def _fit_ps_switch_cost(
+    esa_s: float, grad_bytes: int, params: BenchParams, concurrent: int, skew: float | None
+) -> float:
+    """``ps_switch_cost`` at which the simulated esa probe takes `esa_s` per iteration: what
+    esa's probe adds to static's is mostly each fragment's copy to the PS, off the critical
+    path, so it costs the shared CPU only (bisection on [0, 20]; an end when beyond)."""
+    lo, hi = 0.0, 20.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        trial = params.with_value("ps_switch_cost", repr(mid))
+        if _sim_per_iteration("esa", grad_bytes, trial, concurrent, skew) < esa_s:
+            lo = mid  # too fast: each PS packet costs the switch more
+        else:
+            hi = mid
+        if hi - lo < 1e-3:
+            break
+    return (lo + hi) / 2
+
+
 def _fit_overhead(tiny_s: float, params: BenchParams, concurrent: int) -> float:
     """``iteration_overhead_s`` at which the simulated one-fragment probe takes `tiny_s` per
     iteration: the measured time less the simulator's own allreduce of one fragment."""
@@ -241,10 +264,11 @@ def matched_params(rates: dict[str, Any]) -> tuple[BenchParams, float | None, di
         lanes=64,
         ps_processes="1",
         job_setup_s=max(0.0, setup),
-        ps_shares_switch=True,
+        ps_switch_cost=1.0,
     )
     atp_t = rates["atp"]["per_iteration_s"]
     static_t = rates["static"]["per_iteration_s"]
+    esa_t = rates["esa"]["per_iteration_s"] if "esa" in rates else None
     tiny_t = rates["overhead"]["per_iteration_s"] if "overhead" in rates else None
     alone_t = rates["static_alone"]["per_iteration_s"] if "static_alone" in rates else None
     shared = alone_t is not None  # the switch's packet rate is measured by jobs sharing it
@@ -267,6 +291,9 @@ def matched_params(rates: dict[str, Any]) -> tuple[BenchParams, float | None, di
         else:
             link = sim_rate_for("link_gbps", "static", static_t, grad, base, c, skew)
         base = base.with_value("link_gbps", repr(link))
+        if esa_t is not None:
+            cost = _fit_ps_switch_cost(esa_t, grad, base.with_value("ps_gbps", "1000"), c, skew)
+            base = base.with_value("ps_switch_cost", repr(cost))
         fast_ps = base.with_value("ps_gbps", "1000")
         if atp_t <= _sim_per_iteration("atp", grad, fast_ps, c, skew):
             ps = 1000.0  # the PS is not slower than the switch path: it does not bind
@@ -275,7 +302,13 @@ def matched_params(rates: dict[str, Any]) -> tuple[BenchParams, float | None, di
         base = base.with_value("ps_gbps", repr(ps))
         if occupancy:
             skew = sim_skew_for(float(occupancy["live_share"]), grad, base, c)
-        now = (base.link_gbps, base.ps_gbps, base.switch_pps, base.iteration_overhead_s)
+        now = (
+            base.link_gbps,
+            base.ps_gbps,
+            base.switch_pps,
+            base.iteration_overhead_s,
+            base.ps_switch_cost,
+        )
         if previous and all(
             math.isclose(x, y, rel_tol=1e-3, abs_tol=1e-9)
             for x, y in zip(now, previous, strict=True)
@@ -292,10 +325,11 @@ def matched_params(rates: dict[str, Any]) -> tuple[BenchParams, float | None, di
         "job_setup_s": base.job_setup_s,
         "iteration_overhead_s": base.iteration_overhead_s,
         "switch_pps": base.switch_pps,
-        "ps_shares_switch": True,
+        "ps_switch_cost": base.ps_switch_cost,
         "worker_skew_s": skew,
         "static_per_iteration_s": static_t,
         "atp_per_iteration_s": atp_t,
+        "esa_per_iteration_s": esa_t,
         "one_fragment_per_iteration_s": tiny_t,
         "static_alone_per_iteration_s": alone_t,
         "fit_rounds": rounds,
@@ -315,7 +349,7 @@ def _sets(params: BenchParams) -> list[str]:
         "job_setup_s",
         "iteration_overhead_s",
         "switch_pps",
-        "ps_shares_switch",
+        "ps_switch_cost",
     ):
         out += ["--set", f"{name}={getattr(params, name)}"]
     return out
@@ -413,6 +447,7 @@ def _markdown(result: dict[str, Any], rates: dict[str, Any], derived: dict[str, 
     probes = (
         ("static", f"static, {rates.get('probe_jobs', 1)} jobs (switch path)"),
         ("atp", f"atp, {rates.get('probe_jobs', 1)} jobs (switch + PS)"),
+        ("esa", f"esa, {rates.get('probe_jobs', 1)} jobs (switch, a copy to the PS)"),
         ("overhead", f"static, {rates.get('probe_jobs', 1)} jobs, one fragment"),
         ("static_alone", "static, 1 job"),
     )
@@ -428,7 +463,7 @@ def _markdown(result: dict[str, Any], rates: dict[str, Any], derived: dict[str, 
         + (" (a lone job is not held back by its link)" if link > 999 else "")
         + f", ps_gbps={derived['ps_gbps']:.6g}, job_setup_s={derived['job_setup_s']:.4g}, "
         f"iteration_overhead_s={derived['iteration_overhead_s']:.4g}, ps_processes=1, "
-        "ps_shares_switch=true, "
+        f"ps_switch_cost={derived['ps_switch_cost']:.4g}, "
         f"aggregators={derived['aggregators']}, window={derived['window']}, lanes=64. "
         "Command: `" + result["sim_command"] + "`.",
         "",

@@ -43,9 +43,10 @@ class SimConfig:
 
     `switch_pps`: packets per second the switch processes, shared by every job (0: line rate,
     as a hardware pipeline; a software switch is one CPU). A worker's first retransmission
-    timeout then also allows for a switch queue of 64 windows. `ps_shares_switch`: the PS
-    runs on the switch's CPU (the loopback service embeds both in one process), so every
-    packet the PS receives also takes ``1 / switch_pps`` of the switch.
+    timeout then also allows for a switch queue of 64 windows. `ps_switch_cost`: switch
+    packet-times each packet the PS receives takes on the switch's processor (0: the PS is a
+    host of its own; on loopback the service's PS shares the CPU with the soft switch, and a
+    PS packet costs more than a switch packet, so each takes ``ps_switch_cost / switch_pps``).
     """
 
     policy: str = "esa"
@@ -69,14 +70,14 @@ class SimConfig:
     job_setup_s: float = 0.0
     iteration_overhead_s: float = 0.0
     switch_pps: float = 0.0
-    ps_shares_switch: bool = False
+    ps_switch_cost: float = 0.0
 
     def __post_init__(self) -> None:
         if self.ps_processes != PER_JOB and (
             not isinstance(self.ps_processes, int) or self.ps_processes < 1
         ):
             raise ValueError(f"ps_processes must be >= 1 or {PER_JOB!r}, got {self.ps_processes!r}")
-        for name in ("job_setup_s", "iteration_overhead_s", "switch_pps"):
+        for name in ("job_setup_s", "iteration_overhead_s", "switch_pps", "ps_switch_cost"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
 

@@ -43,7 +43,7 @@ PS process. Assumptions (the fragment-level model in `scheduler.fragsim` makes n
   sharing), and its workers' fragment rate is capped at the average over k. (Averaging
   over the occupancy rather than plugging in the mean load matters: the share is concave
   in k, and the mean-load version ran about 7% slow against the fragment simulator.)
-  With `SimConfig.ps_shares_switch` the packets the PS receives count on that processor too.
+  Each packet the PS receives counts `SimConfig.ps_switch_cost` packets on that processor.
 """
 
 from __future__ import annotations
@@ -328,8 +328,9 @@ def comm_rates(
         if cfg.switch_pps > 0:
             # Packets the switch's CPU handles per fragment: the n contributions, the PS result
             # that re-enters the switch (one per PS-bound fragment) and, when the PS runs on
-            # that CPU, the packets the PS receives (critical ones and esa's copies).
-            per_frag = n + q + (c + g if cfg.ps_shares_switch else 0.0)
+            # that CPU, the packets the PS receives (critical ones and esa's copies), each at
+            # what a PS packet costs there.
+            per_frag = n + q + cfg.ps_switch_cost * (c + g)
             free = _rates(x, q, a, win, fs, np.full(len(jobs), np.inf))
             new_cap = _switch_cap(cfg.switch_pps, duty, free * per_frag, rate * per_frag, per_frag)
             moved_cap = np.where(np.isinf(cap), np.inf, np.abs(new_cap - cap) / new_cap)

@@ -14,7 +14,7 @@ result back through the switch. A worker resends a fragment whose result is late
 doubling), or at once when more than 8 later results overtook it and it is older than twice its
 smoothed RTT (the worker client's fast retransmit). Loss drops worker -> switch packets with
 probability ``loss_rate``. With ``switch_pps`` the switch is one FIFO server of that packet rate
-(with ``ps_shares_switch`` every packet the PS receives takes a turn on it too). Admission and
+(every packet the PS receives takes ``ps_switch_cost`` turns on it too). Admission and
 priorities come from the same `Scheduler` as `scheduler.simulator`. Meant for small cases: cost
 is linear in packets.
 """
@@ -333,9 +333,10 @@ class _FragmentSim:
 
     def ps_in(self, pkt: Packet) -> None:
         run = self.runs[pkt.job]
-        if self.cfg.ps_shares_switch and self.cfg.switch_pps > 0:
+        if self.cfg.ps_switch_cost > 0 and self.cfg.switch_pps > 0:
             # The PS's receive runs on the switch's CPU: the switch's next packets wait for it.
-            self.switch_free = max(self.clock.now(), self.switch_free) + 1 / self.cfg.switch_pps
+            busy = self.cfg.ps_switch_cost / self.cfg.switch_pps
+            self.switch_free = max(self.clock.now(), self.switch_free) + busy
         server = self.ps.setdefault(self.cfg.ps_of(run.rec.spec.job_id), _PsServer())
         copy = bool(pkt.flags & Flag.COMPLETE) and self.configs[run.sid].policy == Policy.ESA
         (server.copies if copy else server.critical).append(pkt)

@@ -26,7 +26,7 @@ TRUE = BenchParams(
     # could not see ps_gbps at all (atp's iteration moves 0.04% per 7% of PS rate)
     job_setup_s=0.3,
     iteration_overhead_s=0.02,
-    ps_shares_switch=True,
+    ps_switch_cost=2.5,  # a PS packet costs the shared CPU 2.5 switch packets
 )
 PROBE_BYTES, CONCURRENT = 65536, 2
 
@@ -51,6 +51,7 @@ def rates() -> dict:
         "probe_jobs": CONCURRENT,
         "static": _simulated_probe("static", PROBE_BYTES),
         "atp": _simulated_probe("atp", PROBE_BYTES),
+        "esa": _simulated_probe("esa", PROBE_BYTES),
         "overhead": _simulated_probe("static", v.FRAGMENT_BYTES),
         "static_alone": _simulated_probe("static", PROBE_BYTES, 1),
     }
@@ -62,6 +63,7 @@ def test_the_fit_gives_back_the_parameters_that_made_the_probes(rates: dict) -> 
     assert params.link_gbps == pytest.approx(TRUE.link_gbps, rel=0.02)
     assert params.switch_pps == pytest.approx(TRUE.switch_pps, rel=0.02)
     assert params.ps_gbps == pytest.approx(TRUE.ps_gbps, rel=0.05)
+    assert params.ps_switch_cost == pytest.approx(TRUE.ps_switch_cost, rel=0.03)
     assert params.iteration_overhead_s == pytest.approx(TRUE.iteration_overhead_s, rel=0.05)
     assert params.job_setup_s == pytest.approx(TRUE.job_setup_s, abs=0.01)
     assert derived["fit_rounds"] < 6  # it settled
