@@ -67,6 +67,9 @@ def test_the_fit_gives_back_the_parameters_that_made_the_probes(rates: dict) -> 
     assert params.iteration_overhead_s == pytest.approx(TRUE.iteration_overhead_s, rel=0.05)
     assert params.job_setup_s == pytest.approx(TRUE.job_setup_s, abs=0.01)
     assert derived["fit_rounds"] < 6  # it settled
+    for probe in ("static", "atp", "esa"):  # and reproduces every probe
+        want = rates[probe]["per_iteration_s"]
+        assert derived["sim_probe_per_iteration_s"][probe] == pytest.approx(want, rel=0.01)
 
 
 def test_compare_reports_gaps_ranking_and_verdict() -> None:
