@@ -162,6 +162,21 @@ def render_report(
             f"| {run.policy} | {d.compute_s:,.1f} | {d.queue_s:,.1f} | {d.comm_s:,.1f} | "
             f"{d.preemptions_suffered:,.0f} | {d.unfinished} |"
         )
+    loads = [(run.policy, run.ps_load) for run in runs if run.ps_load is not None]
+    if loads:
+        lines += [
+            "",
+            "PS load (time averages, as shares of the PS processes' capacity; the simulator "
+            "serves critical packets before esa's completion copies, which delay nothing and "
+            "only queue; `workers.ps` serves one socket first come, first served):",
+            "",
+            "| policy | critical packets | esa's copies | time with copies over capacity |",
+            "|---|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {name} | {load.critical:.3f} | {load.copies:.3f} | {load.copies_over:.1%} |"
+            for name, load in loads
+        ]
     if ideal_avg:
         lines += [
             "",

@@ -58,7 +58,8 @@ class PolicyRun:
 
     `utilisation` is ``(t, share of aggregators not free)`` points of a step function, for the
     plot; `memory_utilisation` its exact time average over the run; `unfinished` counts jobs
-    that never finished (rejected, or cut off), which have no row in `jobs`.
+    that never finished (rejected, or cut off), which have no row in `jobs`. `ps_load`
+    (``--sim`` only) is the PS processes' offered load as a share of their capacity.
     """
 
     policy: str
@@ -66,6 +67,18 @@ class PolicyRun:
     utilisation: tuple[tuple[float, float], ...]
     memory_utilisation: float
     unfinished: int = 0
+    ps_load: PsLoad | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PsLoad:
+    """Time averages of the PS processes' offered load over a run, as shares of their capacity:
+    `critical` (packets a job waits for) and `copies` (esa's completion copies, which wait
+    for nothing); `copies_over` is the share of the run's time with copies above capacity."""
+
+    critical: float
+    copies: float
+    copies_over: float
 
 
 @dataclass(frozen=True, slots=True)

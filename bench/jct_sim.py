@@ -12,7 +12,7 @@ from dataclasses import fields
 from typing import Any, Literal
 
 from bench.jct_params import BenchParams
-from bench.jct_results import JobOutcome, PolicyRun
+from bench.jct_results import JobOutcome, PolicyRun, PsLoad
 from scheduler.config import RunResult, SimConfig
 from scheduler.fluid import FlowJob, comm_rates
 from scheduler.memory import Pool
@@ -115,7 +115,21 @@ def to_policy_run(policy: str, jobs: Sequence[JobSpec], result: RunResult) -> Po
     busy = [(u.start_s, u.end_s, 1.0 - u.idle) for u in result.utilisation]
     span = sum(e - s for s, e, _ in busy)
     mean = sum((e - s) * v for s, e, v in busy) / span if span > 0 else 0.0
-    return PolicyRun(policy, tuple(rows), _plot_points(busy), mean, result.unfinished)
+    return PolicyRun(
+        policy, tuple(rows), _plot_points(busy), mean, result.unfinished, _ps_load(result)
+    )
+
+
+def _ps_load(result: RunResult) -> PsLoad:
+    spans = [(u.end_s - u.start_s, u) for u in result.utilisation]
+    total = sum(d for d, _ in spans)
+    if total <= 0:
+        return PsLoad(0.0, 0.0, 0.0)
+    return PsLoad(
+        critical=sum(d * u.ps_critical for d, u in spans) / total,
+        copies=sum(d * u.ps_copies for d, u in spans) / total,
+        copies_over=sum(d for d, u in spans if u.ps_copies > 1.0) / total,
+    )
 
 
 def _plot_points(busy: list[tuple[float, float, float]]) -> tuple[tuple[float, float], ...]:

@@ -162,3 +162,13 @@ def test_inasched_bench_jct_runs_the_benchmark(tmp_path: Path) -> None:
     )  # fmt: skip
     assert code == 0
     assert (out / "summary.json").exists()
+
+
+def test_report_shows_the_ps_load_of_each_policy(run_dir: Path) -> None:
+    report = (run_dir / "report.md").read_text().splitlines()
+    rows = {ln.split("|")[1].strip(): ln for ln in report if ln.count("|") == 5 and "%" in ln}
+    assert set(rows) == {"static", "atp", "esa"}
+    # static never sends a byte to a PS; only esa makes completion copies.
+    assert rows["static"].split("|")[2:4] == [" 0.000 ", " 0.000 "]
+    assert rows["atp"].split("|")[3].strip() == "0.000"
+    assert float(rows["atp"].split("|")[2]) > 0 and float(rows["esa"].split("|")[3]) > 0
