@@ -26,7 +26,7 @@ from collections import Counter
 
 from bench.jct_emu import emu_runner
 from bench.jct_params import BenchParams
-from bench.jct_validate import FRAGMENT_BYTES, PROBE_JOBS, PROBE_WORKERS, _probe_jobs
+from bench.jct_validate import FRAGMENT_BYTES, PROBE_JOBS, PROBE_WORKERS, probe_jobs
 
 __all__ = ["main", "thread_cpu"]
 
@@ -69,7 +69,7 @@ def _run(policy: str, grad_bytes: int, iterations: int) -> dict[str, float]:
     before = thread_cpu()
     children = _children_cpu()
     sampler.start()
-    run = emu_runner()(_probe_jobs(grad_bytes, iterations, PROBE_JOBS), policy, BenchParams())
+    run = emu_runner()(probe_jobs(grad_bytes, iterations, PROBE_JOBS), policy, BenchParams())
     done.set()
     sampler.join()
     if len(run.jobs) != PROBE_JOBS:

@@ -121,15 +121,10 @@ def to_policy_run(policy: str, jobs: Sequence[JobSpec], result: RunResult) -> Po
 
 
 def _ps_load(result: RunResult) -> PsLoad:
-    spans = [(u.end_s - u.start_s, u) for u in result.utilisation]
-    total = sum(d for d, _ in spans)
-    if total <= 0:
-        return PsLoad(0.0, 0.0, 0.0)
-    return PsLoad(
-        critical=sum(d * u.ps_critical for d, u in spans) / total,
-        copies=sum(d * u.ps_copies for d, u in spans) / total,
-        copies_over=sum(d for d, u in spans if u.ps_copies > 1.0) / total,
-    )
+    mean = result.mean_utilisation(("ps_critical", "ps_copies"))
+    total = sum(u.end_s - u.start_s for u in result.utilisation)
+    over = sum(u.end_s - u.start_s for u in result.utilisation if u.ps_copies > 1.0)
+    return PsLoad(mean["ps_critical"], mean["ps_copies"], over / total if total > 0 else 0.0)
 
 
 def _plot_points(busy: list[tuple[float, float, float]]) -> tuple[tuple[float, float], ...]:

@@ -49,7 +49,7 @@ from typing import Any
 from bench.jct_params import BenchParams
 from scheduler.workload import JobSpec
 
-__all__ = ["compare", "main", "measure_rates", "sim_rate_for"]
+__all__ = ["compare", "main", "measure_rates", "probe_jobs", "sim_rate_for"]
 
 PROBE_WORKERS = 2
 # Two probe jobs: the fewest that share the switch and the PS. Probes communicate all the
@@ -63,7 +63,8 @@ TOLERANCE = 0.15  # issue 8: within 15%
 MARKER = "\n## Validation: --sim against --emu\n"
 
 
-def _probe_jobs(grad_bytes: int, iterations: int, concurrent: int) -> list[JobSpec]:
+def probe_jobs(grad_bytes: int, iterations: int, concurrent: int) -> list[JobSpec]:
+    """`concurrent` probe jobs of `PROBE_WORKERS` workers, no compute, all arriving at 0."""
     return [
         JobSpec(i, 0.0, PROBE_WORKERS, "probe", grad_bytes, 0.0, iterations)
         for i in range(concurrent)
@@ -74,7 +75,7 @@ def _probe_jct(policy: str, grad_bytes: int, iterations: int, concurrent: int) -
     """Mean JCT (s) of `concurrent` identical probe jobs submitted together to the emulation."""
     from bench.jct_emu import emu_runner
 
-    jobs = _probe_jobs(grad_bytes, iterations, concurrent)
+    jobs = probe_jobs(grad_bytes, iterations, concurrent)
     run = emu_runner()(jobs, policy, BenchParams())
     if len(run.jobs) != concurrent:
         raise RuntimeError(f"the {policy} probe of {iterations} iterations did not finish")
@@ -125,7 +126,7 @@ def measure_occupancy(grad_bytes: int, concurrent: int) -> dict[str, Any]:
     worker's contribution on this loopback (the simulator's ``worker_skew_s``)."""
     import bench.jct_emu as emu
 
-    jobs = _probe_jobs(grad_bytes, K2, concurrent)
+    jobs = probe_jobs(grad_bytes, K2, concurrent)
     # esa's utilisation counts partial aggregators only (emu.OCCUPANCY_STATES).
     run = emu.emu_runner()(jobs, "esa", BenchParams())
     first_start = min(j.start_s for j in run.jobs)
@@ -162,7 +163,7 @@ def skewed_runner(skew_s: float | None) -> Any:
 def _sim_live_share(grad_bytes: int, params: BenchParams, concurrent: int, skew: float) -> float:
     from scheduler.simulator import simulate
 
-    jobs = _probe_jobs(grad_bytes, K2, concurrent)
+    jobs = probe_jobs(grad_bytes, K2, concurrent)
     result = simulate(jobs, sim_config_for("esa", params, skew))
     return float(result.mean_utilisation()["live"])
 
@@ -190,7 +191,7 @@ def _sim_per_iteration(
     run_policy = skewed_runner(skew)
 
     def jct(k: int) -> float:
-        run = run_policy(_probe_jobs(grad_bytes, k, concurrent), policy, params)
+        run = run_policy(probe_jobs(grad_bytes, k, concurrent), policy, params)
         return statistics.fmean(j.jct_s for j in run.jobs)
 
     return (jct(K2) - jct(K1)) / (K2 - K1)
@@ -205,41 +206,24 @@ def sim_rate_for(
     concurrent: int = 1,
     skew: float | None = None,
     bracket: tuple[float, float] = (1e-7, 1e3),
+    slower_with_more: bool = False,
 ) -> float:
-    """The value of `field` (a rate: link_gbps, ps_gbps, switch_pps) at which the simulator's
-    per-iteration time of the probe under `policy` is `target_s` (bisection on a log scale
-    within `bracket`; the result is an end of it when the target lies beyond)."""
+    """The value of `field` at which the simulator's per-iteration time of the probe under
+    `policy` is `target_s` (bisection on a log scale within `bracket`; the result is an end of
+    it when the target lies beyond). `field` is a rate (link_gbps, ps_gbps, switch_pps: more
+    is faster) or, with `slower_with_more`, a cost (ps_switch_cost)."""
     lo, hi = bracket
     for _ in range(80):
         mid = math.sqrt(lo * hi)
         trial = params.with_value(field, repr(mid))
         t = _sim_per_iteration(policy, grad_bytes, trial, concurrent, skew)
-        if t > target_s:
-            lo = mid  # too slow: more rate
+        if (t > target_s) != slower_with_more:
+            lo = mid  # too slow and more is faster, or too fast and more is slower
         else:
             hi = mid
         if hi / lo < 1.0001:
             break
     return math.sqrt(lo * hi)
-
-
-def _fit_ps_switch_cost(
-    esa_s: float, grad_bytes: int, params: BenchParams, concurrent: int, skew: float | None
-) -> float:
-    """``ps_switch_cost`` at which the simulated esa probe takes `esa_s` per iteration: what
-    esa's probe adds to static's is mostly each fragment's copy to the PS, off the critical
-    path, so it costs the shared CPU only (bisection on [0, 20]; an end when beyond)."""
-    lo, hi = 0.0, 20.0
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        trial = params.with_value("ps_switch_cost", repr(mid))
-        if _sim_per_iteration("esa", grad_bytes, trial, concurrent, skew) < esa_s:
-            lo = mid  # too fast: each PS packet costs the switch more
-        else:
-            hi = mid
-        if hi - lo < 1e-3:
-            break
-    return (lo + hi) / 2
 
 
 def _fit_overhead(tiny_s: float, params: BenchParams, concurrent: int) -> float:
@@ -292,7 +276,12 @@ def matched_params(rates: dict[str, Any]) -> tuple[BenchParams, float | None, di
             link = sim_rate_for("link_gbps", "static", static_t, grad, base, c, skew)
         base = base.with_value("link_gbps", repr(link))
         if esa_t is not None:
-            cost = _fit_ps_switch_cost(esa_t, grad, base.with_value("ps_gbps", "1000"), c, skew)
+            # What esa's probe adds to static's is mostly each fragment's copy to the PS, off
+            # the critical path: it costs the shared CPU only, so the PS is made fast here.
+            fast = base.with_value("ps_gbps", "1000")
+            cost = sim_rate_for(
+                "ps_switch_cost", "esa", esa_t, grad, fast, c, skew, (1e-3, 20.0), True
+            )
             base = base.with_value("ps_switch_cost", repr(cost))
         fast_ps = base.with_value("ps_gbps", "1000")
         if atp_t <= _sim_per_iteration("atp", grad, fast_ps, c, skew):

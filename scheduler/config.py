@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -167,12 +168,15 @@ class RunResult:
         ps = sum(j.bytes_ps for j in self.jobs)
         return sw / (sw + ps) if sw + ps else 0.0
 
-    def mean_utilisation(self) -> dict[str, float]:
-        """Time-weighted ``{"live", "complete", "idle"}`` shares of the pool."""
+    def mean_utilisation(
+        self, names: Sequence[str] = ("live", "complete", "idle")
+    ) -> dict[str, float]:
+        """Time-weighted means of the `UtilSample` fields `names` (by default the
+        ``{"live", "complete", "idle"}`` shares of the pool); an empty run is an idle one."""
         total = sum(u.end_s - u.start_s for u in self.utilisation)
         if total <= 0:
-            return {"live": 0.0, "complete": 0.0, "idle": 1.0}
+            return {name: 1.0 if name == "idle" else 0.0 for name in names}
         return {
             name: sum(getattr(u, name) * (u.end_s - u.start_s) for u in self.utilisation) / total
-            for name in ("live", "complete", "idle")
+            for name in names
         }

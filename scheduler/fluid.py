@@ -148,20 +148,21 @@ def _switch_cap(pps: float, duty: Vec, demand: Vec, packets: Vec, per_frag: Vec)
     (processor sharing), and no more than it asks for; its rate is the average over k.
     """
     count = len(duty)
-    share = np.empty(count)
-    for j in range(count):
-        others = np.delete(np.arange(count), j)
-        odds = duty[others]
-        busy = float(np.sum(odds))
-        mean = float(np.sum(odds * packets[others]) / busy) if busy > 0 else 0.0
-        dist = np.zeros(count)  # dist[k]: P(k others communicating)
-        dist[0] = 1.0
-        for p in odds:
-            dist[1:] = dist[1:] * (1 - p) + dist[:-1] * p
-            dist[0] *= 1 - p
-        k = np.arange(count)
-        left = np.maximum(pps - k * mean, pps / (k + 1))
-        share[j] = float(np.sum(dist * np.minimum(demand[j], left)))
+    # Row j: job j's view, which leaves j itself out. dist[j, k]: P(k others communicating),
+    # built up one job i at a time (each row skips i == j).
+    odds = np.where(np.eye(count, dtype=bool), 0.0, duty[None, :])
+    dist = np.zeros((count, count))
+    dist[:, 0] = 1.0
+    for i in range(count):
+        p = odds[:, i : i + 1]
+        dist[:, 1:] = dist[:, 1:] * (1 - p) + dist[:, :-1] * p
+        dist[:, 0] *= 1 - p[:, 0]
+    busy = odds.sum(axis=1)
+    load = (odds * packets[None, :]).sum(axis=1)
+    mean = np.divide(load, busy, out=np.zeros(count), where=busy > 0)
+    k = np.arange(count)[None, :]
+    left = np.maximum(pps - k * mean[:, None], pps / (k + 1))
+    share = np.sum(dist * np.minimum(demand[:, None], left), axis=1)
     return share / per_frag
 
 

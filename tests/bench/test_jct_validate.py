@@ -35,7 +35,7 @@ def _simulated_probe(policy: str, grad_bytes: int, concurrent: int = CONCURRENT)
     run = v.skewed_runner(None)
 
     def jct(k: int) -> float:
-        jobs = v._probe_jobs(grad_bytes, k, concurrent)
+        jobs = v.probe_jobs(grad_bytes, k, concurrent)
         return statistics.fmean(j.jct_s for j in run(jobs, policy, TRUE).jobs)
 
     short, long = jct(v.K1), jct(v.K2)
