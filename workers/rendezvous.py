@@ -17,6 +17,8 @@ service registers the worker with the switch then, the file may also carry ``dat
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +29,11 @@ from p4ctl.protocol import MAX_WORKERS, SUPPORTED_LANES, Policy
 from p4ctl.rule import JobConfig, hashed_index, static_index
 
 from workers.errors import JobCancelled, RendezvousError
+
+log = logging.getLogger(__name__)
+
+# Seconds between joins of a queued job (each join is also held by the service for a few).
+_QUEUED_POLL_S = 0.5
 
 __all__ = [
     "HashedPlacement",
@@ -164,22 +171,33 @@ def join(
     *,
     client: httpx.Client | None = None,
     timeout_s: float = 10.0,
+    queue_wait_s: float | None = None,
 ) -> WorkerJoin:
     """Join job `job_id` through the service at `service` with the worker's bound socket `data`.
 
-    Raises `JobCancelled` when the job has ended (409) and `RendezvousError` for anything else
-    the worker cannot recover from (unreachable service, bad token, malformed answer).
+    A job still queued for switch memory answers 409 ``queued`` (after the service has held
+    the request a few seconds); the join is then asked again until the job is admitted, or
+    for at most `queue_wait_s` seconds (None: as long as the job stays queued), because a
+    queued job has not ended: it starts when memory frees.
+
+    Raises `JobCancelled` when the job has ended (409), and `RendezvousError` for anything
+    else the worker cannot recover from (still queued after `queue_wait_s`, unreachable
+    service, bad token, malformed answer).
     """
     own = client is None
     http = client if client is not None else httpx.Client(base_url=service, timeout=timeout_s)
+    deadline = None if queue_wait_s is None else time.monotonic() + queue_wait_s
     try:
-        response = http.post(
-            f"/jobs/{job_id}/workers",
-            headers={"Authorization": f"Bearer {token}"},
-            json={"data_host": data[0], "data_port": data[1]},
-        )
-    except httpx.HTTPError as exc:
-        raise RendezvousError(f"cannot reach the service at {service}: {exc}") from exc
+        while True:
+            response = _post_join(http, service, job_id, token, data)
+            if response.status_code != 409 or _state(response) != "queued":
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise RendezvousError(
+                    f"job {job_id} is still queued after {queue_wait_s:g} s: {_detail(response)}"
+                )
+            log.info("job %d is queued for switch memory; asking again", job_id)
+            time.sleep(_QUEUED_POLL_S)
     finally:
         if own:
             http.close()
@@ -190,6 +208,27 @@ def join(
             f"join of job {job_id} refused ({response.status_code}): {_detail(response)}"
         )
     return parse_join(response.json())
+
+
+def _post_join(
+    http: httpx.Client, service: str, job_id: int, token: str, data: tuple[str, int]
+) -> httpx.Response:
+    try:
+        return http.post(
+            f"/jobs/{job_id}/workers",
+            headers={"Authorization": f"Bearer {token}"},
+            json={"data_host": data[0], "data_port": data[1]},
+        )
+    except httpx.HTTPError as exc:
+        raise RendezvousError(f"cannot reach the service at {service}: {exc}") from exc
+
+
+def _state(response: httpx.Response) -> str | None:
+    try:
+        state = response.json().get("state")
+    except (ValueError, AttributeError):
+        return None
+    return state if isinstance(state, str) else None
 
 
 def _detail(response: httpx.Response) -> str:

@@ -10,11 +10,13 @@ backward, times `--compute-scale`) and then allreduces a gradient of the model's
 worker joins through REST (``workers.rendezvous``), heartbeats every
 ``heartbeat_interval_s`` and reports progress (iterations done, bytes aggregated in the switch
 and at the PS). With ``--config`` it reads the same join JSON from a file and talks to no
-service.
+service. A worker of a job still queued for switch memory waits for its admission (at most
+`--queue-wait` seconds when given).
 
 Exit status, each with one line on stderr: 0 done; 3 the job was cancelled or failed; 4 no
 result within `--timeout` (a peer stopped, or the switch is unreachable); 5 the worker could
-not join (service, token, config); 1 anything else; 2 bad arguments.
+not join (service, token, config, or still queued after `--queue-wait`); 1 anything else; 2
+bad arguments.
 """
 
 from __future__ import annotations
@@ -119,6 +121,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--compute-scale", type=float, default=1.0, help="compute time factor")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind the data socket")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds without a result")
+    parser.add_argument(
+        "--queue-wait",
+        type=float,
+        default=None,
+        help="seconds to wait while the job is queued for switch memory (default: no limit)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log-level", default="WARNING")
     return parser
@@ -155,7 +163,13 @@ def _run(args: argparse.Namespace) -> int:
     else:
         sock = open_socket(args.host, 0)
         try:
-            join_info = join(args.service, args.job, args.token, sock.getsockname()[:2])
+            join_info = join(
+                args.service,
+                args.job,
+                args.token,
+                sock.getsockname()[:2],
+                queue_wait_s=args.queue_wait,
+            )
         except BaseException:
             sock.close()
             raise

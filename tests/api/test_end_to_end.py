@@ -94,9 +94,11 @@ def service_settings(tmp_path: Path, plane: DataPlane, port: int = 0) -> Setting
     )
 
 
-def spawn_workers(url: str, job: dict[str, object], log: Path) -> list[subprocess.Popen[bytes]]:
+def spawn_workers(
+    url: str, job: dict[str, object], log: Path, extra: tuple[str, ...] = ()
+) -> list[subprocess.Popen[bytes]]:
     cmd = CLI + ["worker", "--service", url, "--job", str(job["id"])]
-    cmd += ["--token", str(job["join_token"]), "--timeout", "60"]
+    cmd += ["--token", str(job["join_token"]), "--timeout", "60", *extra]
     with open(log, "ab") as out:
         return [
             subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
@@ -191,3 +193,47 @@ def test_service_restart_while_a_job_runs_and_the_job_completes(
             wait_for(lambda: backend.installed_jobs() == set(), "the switch to forget the job")
     finally:
         stop(workers)
+
+
+def test_workers_of_a_queued_job_wait_for_memory_and_then_run(
+    tmp_path: Path, dataplane: DataPlane
+) -> None:
+    # static with a pool of one partition (window 512: 512 slots of two aggregators, the
+    # switch's 1024): the second job queues until the first finishes, and its workers wait
+    # instead of giving up.
+    settings = service_settings(tmp_path, dataplane).model_copy(
+        update={"policy": "static", "window": 512}
+    )
+    app = create_app(settings)
+    with app.state.service.sessions() as s:
+        token = create_tenant_token(s, tenant="e2e")
+    workers: list[subprocess.Popen[bytes]] = []
+    headers = {"Authorization": f"Bearer {token}"}
+    with LiveServer(app) as url, httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+        try:
+            first = submit(http, "holds-the-pool", 5, 16 * 1024)
+            second = submit(http, "queued", 5, 16 * 1024)
+            assert job_state(http, second["id"])["state"] == "queued"
+            waiting = tmp_path / "queued.log"
+            workers += spawn_workers(url, second, waiting, ("--log-level", "INFO"))
+
+            def asked_again() -> bool:
+                return "queued for switch memory; asking again" in waiting.read_text("utf-8")
+
+            # Past the service's own hold of a join (JOIN_WAIT_S): the worker's loop waits.
+            wait_for(asked_again, "the queued job's workers to ask again", timeout_s=60)
+            assert all(p.poll() is None for p in workers), waiting.read_text("utf-8")
+            workers += spawn_workers(url, first, tmp_path / "first.log")
+
+            def both_ended() -> bool:
+                return all(job_state(http, j["id"])["state"] in TERMINAL for j in (first, second))
+
+            wait_for(both_ended, "both jobs to end", timeout_s=180)
+            log = waiting.read_text("utf-8")
+            assert [job_state(http, j["id"])["state"] for j in (first, second)] == [
+                "finished",
+                "finished",
+            ], log
+            assert all(p.wait(timeout=60) == 0 for p in workers), log
+        finally:
+            stop(workers)

@@ -84,3 +84,48 @@ def test_config_file_holds_the_same_json(tmp_path: Path) -> None:
 def test_a_placement_that_does_not_match_the_policy_is_refused() -> None:
     with pytest.raises(RendezvousError, match="placement"):
         parse_join(dict(BODY, policy="atp"))
+
+
+def queued_then(status: int, body: dict[str, Any], queued: int, seen: list[str]) -> httpx.Client:
+    """A service that answers 409 ``queued`` `queued` times, then `status` with `body`."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        if len(seen) <= queued:
+            return httpx.Response(409, json={"detail": "no free range", "state": "queued"})
+        return httpx.Response(status, json=body)
+
+    return httpx.Client(transport=httpx.MockTransport(answer), base_url="http://svc")
+
+
+@pytest.fixture
+def fast_queue_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("workers.rendezvous._QUEUED_POLL_S", 0.0)
+
+
+@pytest.mark.usefixtures("fast_queue_poll")
+def test_a_queued_job_is_joined_again_until_it_is_admitted() -> None:
+    seen: list[str] = []
+    with queued_then(201, BODY, 3, seen) as client:
+        got = join("http://svc", 3, "tok", ("127.0.0.1", 1), client=client)
+    assert len(seen) == 4
+    assert got.worker_id == 1
+
+
+@pytest.mark.usefixtures("fast_queue_poll")
+def test_a_job_that_ends_while_queued_stops_the_wait() -> None:
+    seen: list[str] = []
+    body = {"detail": "cancelled by user", "state": "cancelled"}
+    with queued_then(409, body, 2, seen) as client, pytest.raises(JobCancelled, match="cancelled"):
+        join("http://svc", 3, "tok", ("127.0.0.1", 1), client=client)
+    assert len(seen) == 3
+
+
+def test_queue_wait_bounds_the_wait_for_admission() -> None:
+    seen: list[str] = []
+    with (
+        queued_then(201, BODY, 10**6, seen) as client,
+        pytest.raises(RendezvousError, match="still queued after 0 s: no free range"),
+    ):
+        join("http://svc", 3, "tok", ("127.0.0.1", 1), client=client, queue_wait_s=0.0)
+    assert len(seen) == 1
