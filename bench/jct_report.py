@@ -168,7 +168,8 @@ def render_report(
             "",
             "PS load (time averages, as shares of the PS processes' capacity; the simulator "
             "serves critical packets before esa's completion copies, which delay nothing and "
-            "only queue; `workers.ps` serves one socket first come, first served):",
+            "only queue; `workers.ps` does the same, storing the copies when its socket is "
+            "empty):",
             "",
             "| policy | critical packets | esa's copies | time with copies over capacity |",
             "|---|---:|---:|---:|",

@@ -181,7 +181,9 @@ class JobLedger:
             return Accepted("added")
         del self.open[pkt.seq]
         exponent, lanes = frag.total()
-        return self._completed(pkt, exponent or 0, lanes, exponent is None)
+        # An esa copy lands here only when a worker's resend opened the sum first (a copy is
+        # whole): that worker lacks the result, so it is answered like any completed sum.
+        return self._completed(pkt, exponent or 0, lanes, exponent is None, awaited=True)
 
     def _completed(
         self,
@@ -189,6 +191,8 @@ class JobLedger:
         exponent: int,
         lanes: npt.NDArray[np.int32] | npt.NDArray[np.float32],
         raw: bool,
+        *,
+        awaited: bool = False,
     ) -> Accepted:
         flags = _RAW_RESULT_FLAGS if raw else _RESULT_FLAGS
         result = Packet(
@@ -207,9 +211,9 @@ class JobLedger:
         self.results[pkt.seq] = result
         self._forget()
         # ESA multicasts a sum completed in the switch itself and sends the PS a copy: the
-        # workers have it already, so the PS only keeps it for resends.
+        # workers have it already, so the PS only keeps it for resends (unless one `awaited`).
         complete = int(pkt.flags) & _COMPLETE
-        if self.policy == Policy.ESA and complete and pkt.bitmap == result.bitmap:
+        if self.policy == Policy.ESA and complete and pkt.bitmap == result.bitmap and not awaited:
             return Accepted("stored")
         return Accepted("completed", result)
 

@@ -17,6 +17,14 @@ default `DEFAULT_WINDOW`, conservatively large) and whether the policy is esa (w
 already multicast a sum it completed, so the PS only stores it). With ``learn_jobs=False``
 only registered jobs are served.
 
+Two queues. Every packet the PS receives is on a job's critical path (a worker waits for the
+sum) except esa's completion copies: the switch already multicast those sums, and the PS keeps
+them only to answer resends. So the PS serves what the socket holds first and stores the copies
+when the socket is empty (`PsCounters.copies_queued` counts those waiting; past
+`MAX_QUEUED_COPIES` a copy is stored at once, so memory stays bounded). A copy that completes a
+sum a worker resent to the PS before the copy was stored is answered: that worker lacks it. The
+simulators serve the PS the same way (``scheduler.fragsim``).
+
 Everything else is dropped and counted by reason (`PsCounters.drops`): the decode reasons of
 ``p4ctl.protocol.DropReason`` (bad_length, bad_version, bad_lanes, bad_kind), ``not_to_ps``
 (a kind other than TO_PS), ``unknown_job``, ``foreign_source`` (not the job's switch),
@@ -33,15 +41,25 @@ import signal
 import socket
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from p4ctl.protocol import MAX_JOBS, MAX_WORKERS, Kind, MalformedPacket, Policy, decode, encode
+from p4ctl.protocol import (
+    MAX_JOBS,
+    MAX_WORKERS,
+    Flag,
+    Kind,
+    MalformedPacket,
+    Packet,
+    Policy,
+    decode,
+    encode,
+)
 
 from workers.accumulator import JobLedger
 
-__all__ = ["DEFAULT_WINDOW", "ParameterServer", "PsCounters", "main"]
+__all__ = ["DEFAULT_WINDOW", "MAX_QUEUED_COPIES", "ParameterServer", "PsCounters", "main"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +68,10 @@ log = logging.getLogger(__name__)
 DEFAULT_WINDOW = 1024
 _MAX_DATAGRAM = 65536
 _SWEEP_S = 0.2
+# esa copies waiting for an empty socket, at most (each holds one fragment's lanes).
+MAX_QUEUED_COPIES = 65536
+# Copies stored per turn of the serving loop before the socket is looked at again.
+_COPY_BATCH = 64
 
 # A datagram to send and where to, or nothing.
 _Reply = tuple[bytes, tuple[str, int]] | None
@@ -63,6 +85,7 @@ class PsCounters:
     outcomes: Mapping[str, int]  # added, completed, stored, answered, duplicate
     drops: Mapping[str, int]
     jobs: frozenset[int]  # jobs with live state
+    copies_queued: int = 0  # esa completion copies waiting to be stored
 
 
 @dataclass(slots=True)
@@ -106,6 +129,7 @@ class ParameterServer:
         self._received = 0
         self._outcomes: Counter[str] = Counter()
         self._drops: Counter[str] = Counter()
+        self._copies: deque[tuple[_Job, Packet]] = deque()
         self._stopping = False
         self._thread: threading.Thread | None = None
 
@@ -167,31 +191,52 @@ class ParameterServer:
         """A snapshot of the counters."""
         with self._lock:
             live = frozenset(j for j, s in self._jobs.items() if s.ledger is not None)
-            return PsCounters(self._received, dict(self._outcomes), dict(self._drops), live)
+            return PsCounters(
+                self._received, dict(self._outcomes), dict(self._drops), live, len(self._copies)
+            )
 
     # ------------------------------------------------------------------ serving
 
     def _serve(self) -> None:
         next_sweep = time.monotonic() + _SWEEP_S
         while not self._stopping:
-            readable, _, _ = select.select([self._sock, self._wake_r], [], [], _SWEEP_S)
+            wait = 0.0 if self._copies else _SWEEP_S
+            readable, _, _ = select.select([self._sock, self._wake_r], [], [], wait)
             if self._sock in readable:
-                for _ in range(1024):  # bounded, so the idle sweep still runs under a flood
-                    try:
-                        data, addr = self._sock.recvfrom(_MAX_DATAGRAM)
-                    except (BlockingIOError, InterruptedError):
-                        break
-                    except OSError as exc:
-                        log.debug("receive failed: %s", exc)
-                        break
-                    with self._lock:
-                        reply = self._handle(data, addr)
-                    if reply is not None:
-                        self._send(*reply)
+                self._drain()
+            elif self._copies:
+                self._store_copies(_COPY_BATCH)
             now = time.monotonic()
             if now >= next_sweep:
                 self._sweep(now)
                 next_sweep = now + _SWEEP_S
+
+    def _drain(self) -> None:
+        """Serve what the socket holds, at most 1024 datagrams (so the idle sweep still runs
+        under a flood); esa's copies among them wait in `_copies`."""
+        for _ in range(1024):
+            try:
+                data, addr = self._sock.recvfrom(_MAX_DATAGRAM)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                log.debug("receive failed: %s", exc)
+                return
+            with self._lock:
+                reply = self._handle(data, addr)
+            if reply is not None:
+                self._send(*reply)
+
+    def _store_copies(self, batch: int) -> None:
+        """Store up to `batch` queued esa copies (the socket was empty)."""
+        for _ in range(min(batch, len(self._copies))):
+            with self._lock:
+                job, pkt = self._copies.popleft()
+                if self._jobs.get(pkt.job) is not job:
+                    continue  # the job was removed meanwhile: its state is gone with it
+                reply = self._accept(job, pkt)
+            if reply is not None:
+                self._send(*reply)
 
     def _send(self, data: bytes, addr: tuple[str, int]) -> None:
         try:
@@ -233,9 +278,16 @@ class ParameterServer:
             job.lanes = len(pkt.lanes)
         if len(pkt.lanes) != job.lanes:
             return self._drop("bad_lanes")
+        job.last_active = time.monotonic()
+        if _is_copy(job, pkt) and len(self._copies) < MAX_QUEUED_COPIES:
+            self._copies.append((job, pkt))
+            return None
+        return self._accept(job, pkt)
+
+    def _accept(self, job: _Job, pkt: Packet) -> _Reply:
+        """The job's ledger takes a validated packet; returns the reply (caller holds the lock)."""
         if job.ledger is None:
             job.ledger = JobLedger(pkt.job, job.fan_in, job.window, job.policy, self.max_results)
-        job.last_active = time.monotonic()
         accepted = job.ledger.accept(pkt)
         if accepted.outcome in ("stale", "overflow"):
             return self._drop(accepted.outcome)
@@ -252,6 +304,12 @@ class ParameterServer:
                     job.ledger = None
                 else:
                     del self._jobs[job_id]
+
+
+def _is_copy(job: _Job, pkt: Packet) -> bool:
+    """An esa completion copy: a whole sum the switch completed and already multicast."""
+    full = (1 << job.fan_in) - 1
+    return job.policy == Policy.ESA and bool(pkt.flags & Flag.COMPLETE) and pkt.bitmap == full
 
 
 def _registration(text: str) -> tuple[int, int, Policy | None, int | None]:

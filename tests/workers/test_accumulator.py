@@ -73,6 +73,17 @@ def test_esa_sum_completed_in_the_switch_is_stored_not_multicast_again() -> None
     assert ledger.accept(to_ps(0, 0b10, Flag.RESEND)).reply is not None
 
 
+def test_esa_copy_that_completes_a_resent_sum_answers_the_resender() -> None:
+    # The PS stores esa's copies when it has nothing else to do, so a worker's resend can
+    # reach it first: the copy then completes that open sum, and the resender gets the result.
+    ledger = JobLedger(1, 2, window=4, policy=Policy.ESA, max_results=100)
+    assert ledger.accept(to_ps(0, 0b10, Flag.RESEND)).outcome == "added"
+    copy = ledger.accept(to_ps(0, 0b11, Flag.COMPLETE))
+    assert copy.outcome == "completed"
+    assert copy.reply is not None and copy.reply.kind == Kind.PS_RESULT
+    np.testing.assert_array_equal(copy.reply.lanes, np.ones(LANES))  # the copy's sum
+
+
 def test_results_past_the_cap_are_dropped_oldest_first() -> None:
     ledger = JobLedger(1, 2, window=1000, policy=None, max_results=2)
     for seq in range(3):

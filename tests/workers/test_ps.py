@@ -77,6 +77,50 @@ def test_bypassed_contributions_complete_and_resends_are_answered(
     assert ps.counters().outcomes == {"added": 1, "duplicate": 1, "completed": 1, "answered": 1}
 
 
+def test_esa_copies_wait_until_the_critical_packets_are_served(
+    switch_sock: socket.socket,
+) -> None:
+    # A PS that is not started, served one step at a time, so the order is deterministic:
+    # loopback delivers each datagram into the PS's socket buffer during sendto.
+    server = ParameterServer()
+    try:
+        server.register_job(4, 2, switch=switch_sock.getsockname(), policy=Policy.ESA)
+        one = np.ones(LANES, dtype=np.int32)
+        for seq in range(3):
+            switch_sock.sendto(to_ps(4, seq, 0b11, 2 * one, flags=Flag.COMPLETE), server.address)
+        switch_sock.sendto(to_ps(4, 7, 0b01, one, flags=Flag.BYPASSED), server.address)
+        switch_sock.sendto(to_ps(4, 7, 0b10, one, flags=Flag.BYPASSED), server.address)
+        server._drain()  # what the socket holds: the bypassed pair is answered, copies wait
+        result = decode(switch_sock.recv(2048))
+        assert (result.kind, result.seq) == (Kind.PS_RESULT, 7)
+        counters = server.counters()
+        assert counters.copies_queued == 3
+        assert counters.outcomes == {"added": 1, "completed": 1}
+        server._store_copies(64)  # the socket is empty: now the copies
+        counters = server.counters()
+        assert counters.copies_queued == 0
+        assert counters.outcomes == {"added": 1, "completed": 1, "stored": 3}
+        switch_sock.sendto(to_ps(4, 1, 0b10, one, flags=Flag.RESEND), server.address)
+        server._drain()  # a resend of a stored copy is answered from it
+        np.testing.assert_array_equal(decode(switch_sock.recv(2048)).lanes, 2 * one)
+    finally:
+        server.stop()
+
+
+def test_esa_copies_are_stored_by_the_serving_thread(
+    ps: ParameterServer, switch_sock: socket.socket
+) -> None:
+    ps.register_job(4, 2, switch=switch_sock.getsockname(), policy=Policy.ESA)
+    for seq in range(200):
+        lanes = np.full(LANES, seq, dtype=np.int32)
+        switch_sock.sendto(to_ps(4, seq, 0b11, lanes, flags=Flag.COMPLETE), ps.address)
+    deadline = time.monotonic() + GUARD_S
+    while ps.counters().outcomes.get("stored", 0) < 200:
+        assert time.monotonic() < deadline, ps.counters()
+        time.sleep(0.01)
+    assert ps.counters().copies_queued == 0
+
+
 def test_malformed_and_foreign_packets_are_dropped_and_counted(
     ps: ParameterServer, switch_sock: socket.socket
 ) -> None:
