@@ -392,6 +392,7 @@ def compare(emu: dict[str, Any], sim: dict[str, Any]) -> dict[str, Any]:
     worst = max((abs(r["gap_pct"]) for r in rows.values()), default=None)
     return {
         "policies": rows,
+        "pairs": _pairs(rows, emu_rank),
         "emu_ranking": emu_rank,
         "sim_ranking": sim_rank,
         "ranking_agrees": emu_rank == sim_rank,
@@ -399,6 +400,27 @@ def compare(emu: dict[str, Any], sim: dict[str, Any]) -> dict[str, Any]:
         "within_tolerance": worst is not None and worst <= 100 * TOLERANCE,
         "passed": worst is not None and worst <= 100 * TOLERANCE and emu_rank == sim_rank,
     }
+
+
+def _pairs(rows: dict[str, Any], emu_rank: list[str]) -> list[dict[str, Any]]:
+    """Each pair of policies in the emulation's mean order: in how many of the runs the
+    emulation ordered them that way too (each run ran every policy, one after the other, so
+    the runs pair up), and whether the simulator does."""
+    out = []
+    for i, first in enumerate(emu_rank):
+        for second in emu_rank[i + 1 :]:
+            a = rows[first].get("emu_runs", [rows[first]["emu_avg_jct"]])
+            b = rows[second].get("emu_runs", [rows[second]["emu_avg_jct"]])
+            out.append(
+                {
+                    "faster": first,
+                    "slower": second,
+                    "emu_runs_agreeing": sum(x < y for x, y in zip(a, b, strict=True)),
+                    "emu_runs": len(a),
+                    "sim_agrees": rows[first]["sim_avg_jct"] < rows[second]["sim_avg_jct"],
+                }
+            )
+    return out
 
 
 def _table(title: str, result: dict[str, Any]) -> list[str]:
@@ -425,6 +447,18 @@ def _table(title: str, result: dict[str, Any]) -> list[str]:
         f"{'PASSED' if result['passed'] else 'FAILED'}.",
         "",
     ]
+    pairs = result.get("pairs", [])
+    if pairs and pairs[0]["emu_runs"] > 1:
+        lines += [
+            "Pair by pair (emu mean order; the runs pair up, each ran every policy):",
+            "",
+            *(
+                f"- {p['faster']} before {p['slower']}: in {p['emu_runs_agreeing']} of "
+                f"{p['emu_runs']} emu runs; sim {'agrees' if p['sim_agrees'] else 'disagrees'}."
+                for p in pairs
+            ),
+            "",
+        ]
     return lines
 
 

@@ -148,6 +148,8 @@ def _switch_cap(pps: float, duty: Vec, demand: Vec, packets: Vec, per_frag: Vec)
     (processor sharing), and no more than it asks for; its rate is the average over k.
     """
     count = len(duty)
+    if count == 0:
+        return np.zeros(0)
     # Row j: job j's view, which leaves j itself out. dist[j, k]: P(k others communicating),
     # built up one job i at a time (each row skips i == j).
     odds = np.where(np.eye(count, dtype=bool), 0.0, duty[None, :])

@@ -89,6 +89,22 @@ def test_compare_reports_gaps_ranking_and_verdict() -> None:
     assert swapped["sim_ranking"] == ["atp", "esa", "static"]
 
 
+def test_compare_counts_the_runs_that_order_each_pair_as_the_mean_does() -> None:
+    def runs(**values: list[float]) -> dict:
+        return {"policies": {k: {"avg_jct": sum(x) / len(x), "runs": x, "spread_pct": 0.0}
+                             for k, x in values.items()}}  # fmt: skip
+
+    emu = runs(static=[5.0, 7.0, 6.0], atp=[6.0, 6.5, 9.0], esa=[7.0, 8.0, 9.5])
+    sim = {"policies": {"static": {"avg_jct": 6.0}, "atp": {"avg_jct": 8.0},
+                        "esa": {"avg_jct": 7.0}}}  # fmt: skip
+    pairs = {(p["faster"], p["slower"]): p for p in v.compare(emu, sim)["pairs"]}
+    assert set(pairs) == {("static", "atp"), ("static", "esa"), ("atp", "esa")}
+    assert pairs[("static", "atp")]["emu_runs_agreeing"] == 2  # run 2: atp 6.5 < static 7.0
+    assert pairs[("atp", "esa")]["emu_runs_agreeing"] == 3
+    assert pairs[("static", "esa")]["emu_runs"] == 3
+    assert pairs[("static", "atp")]["sim_agrees"] and not pairs[("atp", "esa")]["sim_agrees"]
+
+
 def test_the_command_writes_the_validation_of_an_emu_folder(rates: dict, tmp_path: Path) -> None:
     # An "emulation" that is the simulator with the true parameters: the fitted --sim run must
     # then agree with it closely, in gap and ranking.

@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from scheduler.config import SimConfig
+from scheduler.fluid import comm_rates
 from scheduler.fragsim import simulate_fragments
 from scheduler.memory import Pool
 from scheduler.simulator import simulate
@@ -90,3 +91,16 @@ def test_a_ps_on_the_switch_cpu_slows_esa_by_its_copies(cost: float, slower: flo
 def test_a_negative_ps_switch_cost_is_refused() -> None:
     with pytest.raises(ValueError, match="ps_switch_cost"):
         replace(SWITCH, ps_switch_cost=-1.0)
+
+
+@pytest.mark.parametrize("policy", ["static", "atp", "esa"])
+def test_no_job_communicating_is_no_error_on_a_shared_switch(policy: str) -> None:
+    # The set of communicating jobs is empty whenever every admitted job is computing.
+    assert comm_rates(replace(SWITCH, policy=policy), []) == {}
+
+
+def test_more_static_jobs_than_partitions_queue_on_a_shared_switch() -> None:
+    cfg = replace(SWITCH, policy="static")  # 256 aggregators: four partitions of window 32
+    result = simulate(_probes(5), cfg)
+    assert len(result.jobs) == 5
+    assert max(r.admitted_s or 0.0 for r in result.jobs) > 0  # the fifth waited
