@@ -80,6 +80,7 @@ class ClientStats:
 
     sent: int
     resent: int
+    fast_resent: int  # the part of `resent` that fast retransmit sent (not a timeout)
     results_switch: int
     results_ps: int
     bytes_switch: int
@@ -411,6 +412,7 @@ class AllreduceClient:
                 t = self._transfer_of(seq)
                 if t is not None:
                     self._send(t, seq, resend=True)
+                    self._counts["fast_resent"] += 1
                     self._timer.arm(seq, 1, now)
 
     def _fast_wait(self, now: float) -> float:

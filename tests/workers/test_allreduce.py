@@ -65,8 +65,11 @@ def test_allreduce_equals_float64_sum_within_bound(
             c.close()
     counters = rig.control.counters()
     assert counters.jobs[3]["job_aggregated"] > 0
+    stats = [c.stats() for c in clients]
+    assert all(s.fast_resent <= s.resent for s in stats)
     if drop_rate:
         assert counters.drops["injected_loss"] > 0
+        assert sum(s.resent for s in stats) > 0  # every lost packet is sent again
 
 
 def test_values_that_do_not_fit_take_the_raw_path(make_rig: Any, run_all: Any) -> None:
