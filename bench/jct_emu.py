@@ -73,6 +73,15 @@ OCCUPANCY_STATES: dict[str, tuple[int, ...]] = {
     "atp": (1, 2),
     "esa": (1,),
 }
+# The switch's per-job counters (GET /switch) the report sums per policy: contributions
+# aggregated in the switch, sent to the PS by a collision, preempting, evicted, and resends.
+DATAPLANE_COUNTERS = (
+    "job_aggregated",
+    "job_bypassed",
+    "job_preempted",
+    "job_evicted",
+    "job_resent",
+)
 # Seconds a worker waits for a result before it gives up (exit 4); loopback on a busy
 # 2-core machine stalls for seconds at a time.
 WORKER_TIMEOUT_S = 60.0
@@ -199,6 +208,7 @@ def _run_policy(
     jobs: Sequence[JobSpec], policy: str, params: BenchParams, data_dir: Path
 ) -> PolicyRun:
     util: list[tuple[float, float]] = []
+    counters: dict[str, list[dict[str, int]]] = {}
     occupied = OCCUPANCY_STATES.get(policy, (1, 2, 3))
     warm: dict[int, list[_Warm]] = {}
     try:
@@ -218,7 +228,7 @@ def _run_policy(
                 t0 = time.monotonic()
 
                 def sample() -> None:
-                    _sample_switch(http, util, t0, occupied)
+                    _sample_switch(http, util, t0, occupied, counters)
 
                 ids: dict[int, int] = {}
                 for job in jobs:
@@ -236,7 +246,12 @@ def _run_policy(
     outcomes = tuple(_outcome(policy, specs[ids[r["id"]]], r) for r in rows if r["jct_s"])
     span_util = util or [(0.0, 0.0)]
     return PolicyRun(
-        policy, outcomes, tuple(util), time_average(span_util), len(jobs) - len(outcomes)
+        policy,
+        outcomes,
+        tuple(util),
+        time_average(span_util),
+        len(jobs) - len(outcomes),
+        dataplane=_dataplane(counters),
     )
 
 
@@ -344,14 +359,35 @@ def _worker_argv(url: str, created: dict[str, Any], job: JobSpec) -> list[str]:
 
 
 def _sample_switch(
-    http: httpx.Client, util: list[tuple[float, float]], t0: float, occupied: tuple[int, ...]
+    http: httpx.Client,
+    util: list[tuple[float, float]],
+    t0: float,
+    occupied: tuple[int, ...],
+    counters: dict[str, list[dict[str, int]]],
 ) -> None:
+    """One ``GET /switch``: a memory utilisation point, and each installed job's counters.
+    They are cumulative, so a job's latest sample replaces its earlier ones; they are keyed by
+    switch job id, which a later job may reuse (its counters start again from zero)."""
     resp = http.get("/switch")
     if resp.status_code == 200:
         body = resp.json()
         runs = body.get("runs", [])
         busy = sum(run[1] for run in runs if len(run) < 4 or run[3] in occupied)
         util.append((time.monotonic() - t0, busy / max(1, body.get("aggregators", 1))))
+        for job, values in body.get("counters", {}).get("jobs", {}).items():
+            now = {k: int(v) for k, v in values.items() if k in DATAPLANE_COUNTERS}
+            seen = counters.setdefault(str(job), [])
+            if seen and now.get("job_aggregated", 0) >= seen[-1].get("job_aggregated", 0):
+                seen[-1] = now
+            else:
+                seen.append(now)
+
+
+def _dataplane(counters: dict[str, list[dict[str, int]]]) -> dict[str, int]:
+    """The counters summed over every job seen (sampled every `POLL_S`, so a job's packets
+    after its last sample are missed: a lower bound)."""
+    every = [c for seen in counters.values() for c in seen]
+    return {k: sum(c.get(k, 0) for c in every) for k in DATAPLANE_COUNTERS}
 
 
 def _sleep_until(t: float, sample: Callable[[], None]) -> None:

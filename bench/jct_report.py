@@ -178,6 +178,24 @@ def render_report(
             f"| {name} | {load.critical:.3f} | {load.copies:.3f} | {load.copies_over:.1%} |"
             for name, load in loads
         ]
+    planes = [(run.policy, run.dataplane) for run in runs if run.dataplane is not None]
+    if planes:
+        lines += [
+            "",
+            "Data plane (the switch's per-job counters from GET /switch, summed over the jobs; "
+            "sampled every 0.5 s, so what a job did after its last sample is missing): "
+            "contributions aggregated in the switch, contributions sent to the PS by a "
+            "collision, preemptions, evicted partial sums, and worker resends:",
+            "",
+            "| policy | aggregated | bypassed | preempted | evicted | resent |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {name} | {c.get('job_aggregated', 0):,} | {c.get('job_bypassed', 0):,} | "
+            f"{c.get('job_preempted', 0):,} | {c.get('job_evicted', 0):,} | "
+            f"{c.get('job_resent', 0):,} |"
+            for name, c in planes
+        ]
     if ideal_avg:
         lines += [
             "",

@@ -59,7 +59,9 @@ class PolicyRun:
     `utilisation` is ``(t, share of aggregators not free)`` points of a step function, for the
     plot; `memory_utilisation` its exact time average over the run; `unfinished` counts jobs
     that never finished (rejected, or cut off), which have no row in `jobs`. `ps_load`
-    (``--sim`` only) is the PS processes' offered load as a share of their capacity.
+    (``--sim`` only) is the PS processes' offered load as a share of their capacity;
+    `dataplane` (``--emu`` only) the switch's per-job counters summed over the jobs
+    (``job_aggregated``, ``job_bypassed``, ``job_preempted``, ``job_evicted``, ``job_resent``).
     """
 
     policy: str
@@ -68,6 +70,7 @@ class PolicyRun:
     memory_utilisation: float
     unfinished: int = 0
     ps_load: PsLoad | None = None
+    dataplane: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,6 +62,9 @@ def test_minimal_emu_run_writes_outputs_from_the_job_store(
     assert set(doc["policies"]["esa"]) == POLICY_KEYS
     assert doc["parameters"]["backend"] == "emu"
     assert doc["parameters"]["emu.jobs"] == 2
+    report = (out / "report.md").read_text()
+    assert "| policy | aggregated | bypassed | preempted | evicted | resent |" in report
+    assert "| esa | 0 |" not in report  # the switch counted the two jobs' contributions
 
     # The JCTs are the job store's: GET /jobs rows, finished, jct_s = finished - submitted.
     assert len(store_rows) == 2
@@ -94,13 +97,41 @@ class _SwitchBody:
 
 
 class _Http:
-    def get(self, path: str) -> _SwitchBody:
+    def __init__(self, bodies: list[dict[str, Any]] | None = None) -> None:
+        self.bodies = bodies or []
+
+    def get(self, path: str) -> Any:
         assert path == "/switch"
-        return _SwitchBody()
+        if not self.bodies:
+            return _SwitchBody()
+        body = self.bodies.pop(0)
+        return type("Resp", (), {"status_code": 200, "json": lambda self: body})()
+
+
+def switch_body(jobs: dict[str, dict[str, int]]) -> dict[str, Any]:
+    return {"aggregators": 10, "runs": [], "counters": {"jobs": jobs, "drops": {}}}
+
+
+def test_dataplane_counters_take_each_jobs_latest_sample_and_survive_id_reuse() -> None:
+    http = _Http(
+        [
+            switch_body({"1": {"job_aggregated": 10, "job_resent": 1}, "2": {"job_aggregated": 4}}),
+            switch_body({"1": {"job_aggregated": 30, "job_resent": 2}}),  # job 2 has left
+            switch_body({"1": {"job_aggregated": 5, "job_bypassed": 3}}),  # a new job, id 1
+        ]
+    )
+    util: list[tuple[float, float]] = []
+    counters: dict[str, list[dict[str, int]]] = {}
+    for _ in range(3):
+        emu._sample_switch(http, util, 0.0, (1,), counters)  # type: ignore[arg-type]
+    total = emu._dataplane(counters)
+    assert total["job_aggregated"] == 30 + 4 + 5
+    assert (total["job_resent"], total["job_bypassed"], total["job_preempted"]) == (2, 3, 0)
 
 
 @pytest.mark.parametrize(("policy", "share"), [("static", 0.6), ("atp", 0.5), ("esa", 0.2)])
 def test_utilisation_counts_what_another_job_cannot_claim(policy: str, share: float) -> None:
     util: list[tuple[float, float]] = []
-    emu._sample_switch(_Http(), util, 0.0, emu.OCCUPANCY_STATES[policy])  # type: ignore[arg-type]
+    occupied = emu.OCCUPANCY_STATES[policy]
+    emu._sample_switch(_Http(), util, 0.0, occupied, {})  # type: ignore[arg-type]
     assert util[0][1] == pytest.approx(share)
