@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 
 from bench.jct_params import BenchParams
-from bench.jct_results import JobOutcome, PolicyRun, time_average
+from bench.jct_results import DATAPLANE_COUNTERS, JobOutcome, PolicyRun, time_average
 from scheduler.workload import JobSpec, load_workload
 
 __all__ = ["EmuError", "emu_context", "emu_runner", "emu_workload"]
@@ -73,15 +73,6 @@ OCCUPANCY_STATES: dict[str, tuple[int, ...]] = {
     "atp": (1, 2),
     "esa": (1,),
 }
-# The switch's per-job counters (GET /switch) the report sums per policy: contributions
-# aggregated in the switch, sent to the PS by a collision, preempting, evicted, and resends.
-DATAPLANE_COUNTERS = (
-    "job_aggregated",
-    "job_bypassed",
-    "job_preempted",
-    "job_evicted",
-    "job_resent",
-)
 # Seconds a worker waits for a result before it gives up (exit 4); loopback on a busy
 # 2-core machine stalls for seconds at a time.
 WORKER_TIMEOUT_S = 60.0

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from bench.jct_params import SOURCES
-from bench.jct_results import PolicyRun, PolicySummary
+from bench.jct_results import DATAPLANE_COUNTERS, PolicyRun, PolicySummary
 
 __all__ = ["Target", "Diagnostics", "diagnose", "evaluate_targets", "render_report"]
 
@@ -163,39 +163,26 @@ def render_report(
             f"{d.preemptions_suffered:,.0f} | {d.unfinished} |"
         )
     loads = [(run.policy, run.ps_load) for run in runs if run.ps_load is not None]
-    if loads:
-        lines += [
-            "",
-            "PS load (time averages, as shares of the PS processes' capacity; the simulator "
-            "serves critical packets before esa's completion copies, which delay nothing and "
-            "only queue; `workers.ps` does the same, storing the copies when its socket is "
-            "empty):",
-            "",
-            "| policy | critical packets | esa's copies | time with copies over capacity |",
-            "|---|---:|---:|---:|",
-        ]
-        lines += [
-            f"| {name} | {load.critical:.3f} | {load.copies:.3f} | {load.copies_over:.1%} |"
+    lines += _titled_table(
+        "PS load (time averages, as shares of the PS processes' capacity; the simulator "
+        "serves critical packets before esa's completion copies, which delay nothing and "
+        "only queue; `workers.ps` does the same, storing the copies when its socket is "
+        "empty):",
+        ("critical packets", "esa's copies", "time with copies over capacity"),
+        [
+            (name, f"{load.critical:.3f}", f"{load.copies:.3f}", f"{load.copies_over:.1%}")
             for name, load in loads
-        ]
+        ],
+    )
     planes = [(run.policy, run.dataplane) for run in runs if run.dataplane is not None]
-    if planes:
-        lines += [
-            "",
-            "Data plane (the switch's per-job counters from GET /switch, summed over the jobs; "
-            "sampled every 0.5 s, so what a job did after its last sample is missing): "
-            "contributions aggregated in the switch, contributions sent to the PS by a "
-            "collision, preemptions, evicted partial sums, and worker resends:",
-            "",
-            "| policy | aggregated | bypassed | preempted | evicted | resent |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
-        lines += [
-            f"| {name} | {c.get('job_aggregated', 0):,} | {c.get('job_bypassed', 0):,} | "
-            f"{c.get('job_preempted', 0):,} | {c.get('job_evicted', 0):,} | "
-            f"{c.get('job_resent', 0):,} |"
-            for name, c in planes
-        ]
+    lines += _titled_table(
+        "Data plane (the switch's per-job counters from GET /switch, summed over the jobs; "
+        "sampled every 0.5 s, so what a job did after its last sample is missing): "
+        "contributions aggregated in the switch, contributions sent to the PS by a "
+        "collision, preemptions, evicted partial sums, and worker resends:",
+        ("aggregated", "bypassed", "preempted", "evicted", "resent"),
+        [(name, *(f"{c.get(k, 0):,}" for k in DATAPLANE_COUNTERS)) for name, c in planes],
+    )
     if ideal_avg:
         lines += [
             "",
@@ -230,3 +217,18 @@ def _num(v: float | None) -> str:
 def _value(v: Any) -> str:
     text = str(v)
     return text.replace("|", "\\|")
+
+
+def _titled_table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    """A paragraph and a table of one row per policy (numbers right-aligned); nothing when
+    there are no rows (the back-end does not measure it)."""
+    if not rows:
+        return []
+    return [
+        "",
+        title,
+        "",
+        "| policy | " + " | ".join(columns) + " |",
+        "|---|" + "---:|" * len(columns),
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]

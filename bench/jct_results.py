@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 __all__ = [
+    "DATAPLANE_COUNTERS",
     "JOB_COLUMNS",
     "JobOutcome",
     "PolicyRun",
@@ -50,6 +51,16 @@ class JobOutcome:
 
 
 JOB_COLUMNS = tuple(f.name for f in fields(JobOutcome))
+
+# The switch's per-job counters (GET /switch) an --emu run sums per policy: contributions
+# aggregated in the switch, sent to the PS by a collision, preempting, evicted, and resends.
+DATAPLANE_COUNTERS = (
+    "job_aggregated",
+    "job_bypassed",
+    "job_preempted",
+    "job_evicted",
+    "job_resent",
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,6 +100,16 @@ def test_report_names_every_parameter_with_a_source(run_dir: Path) -> None:
     assert "## Targets" in report
 
 
+def test_a_sim_report_has_the_ps_load_and_no_data_plane_table(run_dir: Path) -> None:
+    lines = (run_dir / "report.md").read_text().splitlines()
+    header = "| policy | critical packets | esa's copies | time with copies over capacity |"
+    at = lines.index(header)
+    assert lines[at + 1] == "|---|---:|---:|---:|"
+    rows = [ln.split(" | ")[0].strip("| ") for ln in lines[at + 2 : at + 5]]
+    assert rows == ["static", "atp", "esa"]
+    assert not any(ln.startswith("| policy | aggregated") for ln in lines)  # --emu only
+
+
 def test_sweep_writes_one_csv_row_per_value(tmp_path: Path) -> None:
     values = ["4096", "16384"]
     args = ["--workload", WORKLOAD, "--out", str(tmp_path), "--policies", "atp,esa"]
