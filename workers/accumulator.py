@@ -25,7 +25,7 @@ from p4ctl.protocol import PS_WORKER_ID, Flag, Kind, Packet, Policy
 
 from workers.quant import dequantize
 
-__all__ = ["Accepted", "FragmentSum", "JobLedger", "Part", "Taken"]
+__all__ = ["Accepted", "FragmentSum", "JobLedger", "Part", "Taken", "is_esa_copy"]
 
 _INT32_MAX = 2**31 - 1
 # Flag bits as plain ints: ``pkt.flags & Flag.X`` builds an enum member in Python code, a
@@ -132,6 +132,13 @@ def _exact_cover(full: int, parts: list[Part]) -> list[Part] | None:
     return search(full, 0)
 
 
+def is_esa_copy(policy: Policy | None, fan_in: int, pkt: Packet) -> bool:
+    """An esa completion copy: a whole sum the switch completed, and already multicast, sent
+    to the PS only so that it can answer resends."""
+    whole = pkt.bitmap == (1 << fan_in) - 1
+    return policy == Policy.ESA and bool(int(pkt.flags) & _COMPLETE) and whole
+
+
 @dataclass(frozen=True, slots=True)
 class Accepted:
     """What the PS does with one TO_PS packet: a counter name and the packet to send, if any."""
@@ -210,10 +217,9 @@ class JobLedger:
         )
         self.results[pkt.seq] = result
         self._forget()
-        # ESA multicasts a sum completed in the switch itself and sends the PS a copy: the
-        # workers have it already, so the PS only keeps it for resends (unless one `awaited`).
-        complete = int(pkt.flags) & _COMPLETE
-        if self.policy == Policy.ESA and complete and pkt.bitmap == result.bitmap and not awaited:
+        # The workers have an esa copy's sum already: the PS only keeps it for resends
+        # (unless one `awaited` it).
+        if is_esa_copy(self.policy, self.fan_in, pkt) and not awaited:
             return Accepted("stored")
         return Accepted("completed", result)
 

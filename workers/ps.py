@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 from p4ctl.protocol import (
     MAX_JOBS,
     MAX_WORKERS,
-    Flag,
     Kind,
     MalformedPacket,
     Packet,
@@ -57,7 +56,7 @@ from p4ctl.protocol import (
     encode,
 )
 
-from workers.accumulator import JobLedger
+from workers.accumulator import JobLedger, is_esa_copy
 
 __all__ = ["DEFAULT_WINDOW", "MAX_QUEUED_COPIES", "ParameterServer", "PsCounters", "main"]
 
@@ -229,12 +228,13 @@ class ParameterServer:
 
     def _store_copies(self, batch: int) -> None:
         """Store up to `batch` queued esa copies (the socket was empty)."""
-        for _ in range(min(batch, len(self._copies))):
-            with self._lock:
+        replies: list[_Reply] = []
+        with self._lock:  # once per batch: this runs on the PS's only thread, between reads
+            for _ in range(min(batch, len(self._copies))):
                 job, pkt = self._copies.popleft()
-                if self._jobs.get(pkt.job) is not job:
-                    continue  # the job was removed meanwhile: its state is gone with it
-                reply = self._accept(job, pkt)
+                if self._jobs.get(pkt.job) is job:  # else removed meanwhile, state and all
+                    replies.append(self._accept(job, pkt))
+        for reply in replies:
             if reply is not None:
                 self._send(*reply)
 
@@ -279,7 +279,7 @@ class ParameterServer:
         if len(pkt.lanes) != job.lanes:
             return self._drop("bad_lanes")
         job.last_active = time.monotonic()
-        if _is_copy(job, pkt) and len(self._copies) < MAX_QUEUED_COPIES:
+        if is_esa_copy(job.policy, job.fan_in, pkt) and len(self._copies) < MAX_QUEUED_COPIES:
             self._copies.append((job, pkt))
             return None
         return self._accept(job, pkt)
@@ -304,12 +304,6 @@ class ParameterServer:
                     job.ledger = None
                 else:
                     del self._jobs[job_id]
-
-
-def _is_copy(job: _Job, pkt: Packet) -> bool:
-    """An esa completion copy: a whole sum the switch completed and already multicast."""
-    full = (1 << job.fan_in) - 1
-    return job.policy == Policy.ESA and bool(pkt.flags & Flag.COMPLETE) and pkt.bitmap == full
 
 
 def _registration(text: str) -> tuple[int, int, Policy | None, int | None]:
