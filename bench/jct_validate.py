@@ -1,7 +1,8 @@
 """Validation of ``--sim`` against ``--emu`` (issue 8, item 4) on one small workload.
 
     python -m bench.jct_validate --emu-out DIR [--repeats DIR2 ...] [--probe-bytes 65536]
-                                 [--repeat 2] [--rates FILE] [--skew]
+                                 [--repeat 2] [--concurrency C] [--rates FILE] [--skew]
+                                 [--out VDIR]
 
 `DIR` is the output folder of an ``inasched bench jct ... --emu`` run (it holds the scaled
 ``workload.csv`` and ``summary.json``); `--repeats` names more runs of the same workload,
@@ -32,7 +33,9 @@ policy on 2 cores, as large as the differences between the policies). This modul
    and compares each policy's average JCT: gap = (sim - emu) / emu in %, and whether the
    policies rank the same. ``DIR/validation.json`` and ``DIR/validation.md`` hold the result
    (``passed``: every gap within 15% and the same ranking); the same section is appended to
-   ``DIR/report.md``. The exit status is 0 when it passed, 1 when it did not.
+   ``DIR/report.md``. The exit status is 0 when it passed, 1 when it did not. With
+   ``--out VDIR`` the rates, ``sim`` and the validation files go to VDIR instead and DIR is
+   left as it is, so that fits (say, probes of 2 and of 4 jobs) can be kept side by side.
 """
 
 from __future__ import annotations
@@ -540,9 +543,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also measure how long aggregators stay partial, and rerun with that worker skew",
     )
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="folder for the validation, its sim runs and the rates (default: --emu-out, whose "
+        "report.md then gets the validation section); to compare fits without overwriting",
+    )
     args = p.parse_args(argv)
-    out: Path = args.emu_out
-    emu = mean_summary([out, *args.repeats])
+    runs: Path = args.emu_out
+    out: Path = args.out or runs
+    out.mkdir(parents=True, exist_ok=True)
+    emu = mean_summary([runs, *args.repeats])
     if args.rates:
         rates = json.loads(args.rates.read_text())
     else:
@@ -560,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
 
     policies = ",".join(emu["policies"])
     sim_argv = [
-        "--workload", str(out / "workload.csv"), "--policies", policies,
+        "--workload", str(runs / "workload.csv"), "--policies", policies,
         "--out", str(out / "sim"), "--sim", "--quiet", *_sets(params),
     ]  # fmt: skip
     print("running: inasched bench jct " + " ".join(sim_argv), flush=True)
@@ -574,12 +585,12 @@ def main(argv: list[str] | None = None) -> int:
         folder = out / "sim-skew"
         folder.mkdir(parents=True, exist_ok=True)
         run_bench(
-            read_workload(out / "workload.csv"),
+            read_workload(runs / "workload.csv"),
             list(emu["policies"]),
             params,
             skewed_runner(skew),
             out=folder,
-            workload=str(out / "workload.csv"),
+            workload=str(runs / "workload.csv"),
             backend="sim",
             command=f"bench.jct_validate (sim, worker_skew_s={skew:.6g})",
         )
@@ -590,11 +601,12 @@ def main(argv: list[str] | None = None) -> int:
     (out / "validation.json").write_text(json.dumps(result, indent=2))
     section = _markdown(result, rates, derived)
     (out / "validation.md").write_text(section)
-    report = out / "report.md"
-    text = report.read_text() if report.exists() else ""
-    if MARKER in text:
-        text = text[: text.index(MARKER)]
-    report.write_text(text.rstrip("\n") + "\n" + section)
+    if out == runs:
+        report = out / "report.md"
+        text = report.read_text() if report.exists() else ""
+        if MARKER in text:
+            text = text[: text.index(MARKER)]
+        report.write_text(text.rstrip("\n") + "\n" + section)
     print(section)
     return 0 if result["passed"] else 1
 

@@ -139,3 +139,26 @@ def test_repeated_emu_runs_are_averaged_and_must_share_a_workload(tmp_path: Path
     (tmp_path / "b" / "workload.csv").write_text("other\n")
     with pytest.raises(ValueError, match="another workload"):
         v.mean_summary([tmp_path / "a", tmp_path / "b"])
+
+
+def test_out_keeps_the_validation_apart_from_the_emu_folder(rates: dict, tmp_path: Path) -> None:
+    from bench.jct import run_bench
+
+    runs, elsewhere = tmp_path / "emu", tmp_path / "probes-2-jobs"
+    jobs = emu_workload("synthetic-10", 0)
+    runs.mkdir()
+    write_workload(jobs, runs / "workload.csv")
+    run_bench(
+        list(jobs), ["static", "esa"], TRUE, v.skewed_runner(None), out=runs,
+        workload=str(runs / "workload.csv"), backend="sim", command="test",
+    )  # fmt: skip
+    report = (runs / "report.md").read_text()
+    (tmp_path / "rates.json").write_text(json.dumps(rates))
+    argv = ["--emu-out", str(runs), "--rates", str(tmp_path / "rates.json")]
+    assert v.main([*argv, "--out", str(elsewhere)]) == 0
+    assert json.loads((elsewhere / "validation.json").read_text())["passed"]
+    assert (elsewhere / "sim" / "summary.json").exists()
+    assert "Validation PASSED" in (elsewhere / "validation.md").read_text()
+    # The emulation's folder is untouched: no validation files, no sim run, the same report.
+    assert not (runs / "validation.json").exists() and not (runs / "sim").exists()
+    assert (runs / "report.md").read_text() == report
