@@ -4,8 +4,8 @@
 
 The `--emu` back-end runs the service, its soft switch (thread ``p4ctl-dataplane``) and its PS
 (thread ``inasched-ps``) in one Python process, so they share one interpreter lock; workers are
-processes of their own. For each policy this runs the validation's probe, two jobs of two
-workers with no compute (`bench.jct_validate`), for 2 and for 2 + `--iterations` iterations,
+processes of their own. For each policy this runs `CPU_PROBE_JOBS` (2) probe jobs of two workers
+with no compute (`bench.jct_validate.probe_jobs`), for 2 and for 2 + `--iterations` iterations,
 reads each thread's CPU time from ``/proc/self/task/TID/stat`` and the workers' from
 ``getrusage(RUSAGE_CHILDREN)``, and prints the difference per fragment (one worker's fragment of
 one iteration: the fixed cost of a job, its join and set-up, cancels out). A table per policy
@@ -26,7 +26,11 @@ from collections import Counter
 
 from bench.jct_emu import emu_runner
 from bench.jct_params import BenchParams
-from bench.jct_validate import FRAGMENT_BYTES, PROBE_JOBS, PROBE_WORKERS, probe_jobs
+from bench.jct_validate import FRAGMENT_BYTES, PROBE_WORKERS, probe_jobs
+
+# Two jobs that only communicate: the fewest that share the switch and the PS, so the CPU per
+# fragment is the path's own, with few collisions (the README's figures are of this setting).
+CPU_PROBE_JOBS = 2
 
 __all__ = ["main", "thread_cpu"]
 
@@ -69,10 +73,10 @@ def _run(policy: str, grad_bytes: int, iterations: int) -> dict[str, float]:
     before = thread_cpu()
     children = _children_cpu()
     sampler.start()
-    run = emu_runner()(probe_jobs(grad_bytes, iterations, PROBE_JOBS), policy, BenchParams())
+    run = emu_runner()(probe_jobs(grad_bytes, iterations, CPU_PROBE_JOBS), policy, BenchParams())
     done.set()
     sampler.join()
-    if len(run.jobs) != PROBE_JOBS:
+    if len(run.jobs) != CPU_PROBE_JOBS:
         raise RuntimeError(f"the {policy} probe did not finish")
     roles: Counter[str] = Counter()
     for tid, (name, cpu) in last.items():
@@ -88,7 +92,7 @@ def measure(policy: str, grad_bytes: int, iterations: int) -> dict[str, float]:
     """Microseconds of CPU per worker fragment, by role, for `policy`'s probe."""
     short = _run(policy, grad_bytes, 2)
     long = _run(policy, grad_bytes, 2 + iterations)
-    frags = PROBE_JOBS * PROBE_WORKERS * iterations * math.ceil(grad_bytes / FRAGMENT_BYTES)
+    frags = CPU_PROBE_JOBS * PROBE_WORKERS * iterations * math.ceil(grad_bytes / FRAGMENT_BYTES)
     roles = ("switch", "ps", "service", "workers")
     return {r: 1e6 * (long.get(r, 0.0) - short.get(r, 0.0)) / frags for r in roles}
 

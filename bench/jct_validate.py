@@ -11,24 +11,27 @@ policy on 2 cores, as large as the differences between the policies). This modul
 
 1. measures the loopback, on the same machine, with the same service, soft switch, PS and
    worker processes as the emulation (`bench.jct_emu`), using probe jobs only (never the
-   validated workload): `c` probe jobs of 2 workers with no compute time, submitted together
-   (`c` = the emulation's mean number of jobs in the system), run for `K1` and `K2`
-   iterations. The difference of the two JCTs divided by ``K2 - K1`` is the per-iteration
-   time, free of the per-job fixed cost (service round trips, join), which is the rest.
-   Under ``static`` every fragment is aggregated in the switch; under ``esa`` too, and its
-   complete sum is copied to the PS; under ``atp`` every fragment's result comes from the PS;
-   a one-fragment static probe gives what an iteration costs besides its fragments (the
-   worker's blocking progress report); one static probe alone whether a lone job is held
-   back by its link.
+   validated workload): `c` probe jobs of 2 workers (``--concurrency``, default
+   `PROBE_JOBS`) that compute for ``--probe-compute`` seconds per iteration (default
+   ``workload``: the validated workload's mean, so that the probes load the 2 cores as its
+   jobs do; 0: no compute), submitted together (staggered when they compute), run for `K1`
+   and `K2` iterations. The difference of the two JCTs divided by ``K2 - K1`` is the
+   per-iteration time, free of the per-job fixed cost (service round trips, join), which is
+   the rest. Under ``static`` every fragment is aggregated in the switch; under ``esa`` too,
+   and its complete sum is copied to the PS; under ``atp`` every fragment's result comes
+   from the PS; a one-fragment static probe gives what an iteration costs besides its
+   fragments (the worker's blocking progress report); one static probe alone whether a lone
+   job is held back by its link, and the fixed cost of a job that joins alone.
 2. fits the simulator's parameters to those probes, by bisection on the simulator itself (so
-   the fit uses exactly its model of a fragment's path): ``job_setup_s`` is the probes' fixed
-   cost, ``iteration_overhead_s`` the one-fragment probe's time less the simulator's own
-   allreduce of one fragment, ``switch_pps`` the packet rate that gives the static probes
-   their measured time (``link_gbps`` the lone one's), ``ps_switch_cost`` what a packet the
-   PS receives costs the shared CPU, from the esa probe, and ``ps_gbps`` the atp probe's
-   (1000 when the shared CPU already explains it); ``ps_processes=1`` (the service embeds
-   one PS process), and the emulation's pool, window and lanes. The fit alternates until
-   the rates settle.
+   the fit uses exactly its model of a fragment's path): ``job_setup_s`` is the lone probe's
+   fixed cost (`_setup_s`: joins submitted together queue at the service),
+   ``iteration_overhead_s`` the one-fragment probe's time less the simulator's own compute
+   and allreduce of one fragment, ``switch_pps`` the packet rate that gives the static
+   probes their measured time (``link_gbps`` the lone one's), ``ps_switch_cost`` what a
+   packet the PS receives costs the shared CPU, from the esa probe, and ``ps_gbps`` the atp
+   probe's (1000 when the shared CPU already explains it); ``ps_processes=1`` (the service
+   embeds one PS process), and the emulation's pool, window and lanes. The fit alternates
+   until the rates settle.
 3. runs ``bench.jct --sim`` on ``DIR/workload.csv`` with those parameters into ``DIR/sim``
    and compares each policy's average JCT: gap = (sim - emu) / emu in %, and whether the
    policies rank the same. ``DIR/validation.json`` and ``DIR/validation.md`` hold the result
@@ -49,48 +52,71 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.jct_emu import EMU_AGGREGATORS, EMU_WINDOW
 from bench.jct_params import BenchParams
+from scheduler.memory import COPIES_PER_SLOT, partition_slots
 from scheduler.workload import JobSpec
 
 __all__ = ["compare", "main", "measure_rates", "probe_jobs", "sim_rate_for"]
 
 PROBE_WORKERS = 2
-# Two probe jobs: the fewest that share the switch and the PS. Probes communicate all the
-# time, while the emulated jobs compute most of it (about one communicates at a time), so
-# running as many probes as the emulation has jobs in the system would load the 2 cores
-# with busy worker processes far beyond what the workload does.
-PROBE_JOBS = 2
+# As many probe jobs as the emulation's static partitions hold (256 aggregators, 64 per
+# window of 32): the most jobs static runs at once, so no probe queues, and about as many as
+# the emulated workload has in the system (about 5). The probes compute like its jobs
+# (`PROBE_COMPUTE`), so they load the 2 cores as it does. Two probes that only communicated
+# (the fit until 2026-12-03) ranked esa first where the loopback ranks static first: they
+# measure the shared policies' CPU cost per fragment at a load far below the workload's.
+PROBE_JOBS = EMU_AGGREGATORS // (COPIES_PER_SLOT * partition_slots(EMU_WINDOW))
+PROBE_COMPUTE = "workload"
+# The model a probe with compute time runs as (``--probe-compute``): any row of the model table
+# does, since the worker scales its compute time and gradient to the probe's.
+PROBE_MODEL = "ResNet-50"
 FRAGMENT_BYTES = 256  # 64 lanes of 4 B: the emulation's fragment payload
 K1, K2 = 2, 22
 TOLERANCE = 0.15  # issue 8: within 15%
 MARKER = "\n## Validation: --sim against --emu\n"
 
 
-def probe_jobs(grad_bytes: int, iterations: int, concurrent: int) -> list[JobSpec]:
-    """`concurrent` probe jobs of `PROBE_WORKERS` workers, no compute, all arriving at 0."""
+def probe_jobs(
+    grad_bytes: int, iterations: int, concurrent: int, compute_s: float = 0.0
+) -> list[JobSpec]:
+    """`concurrent` probe jobs of `PROBE_WORKERS` workers. Without compute they all arrive at
+    0; with `compute_s` per iteration (a `PROBE_MODEL` job, so that the emulated worker
+    sleeps that long) they arrive ``compute_s / concurrent`` apart, so that they do not
+    compute and communicate in lockstep."""
+    if compute_s <= 0:
+        return [
+            JobSpec(i, 0.0, PROBE_WORKERS, "probe", grad_bytes, 0.0, iterations)
+            for i in range(concurrent)
+        ]
+    gap = compute_s / concurrent
     return [
-        JobSpec(i, 0.0, PROBE_WORKERS, "probe", grad_bytes, 0.0, iterations)
+        JobSpec(i, i * gap, PROBE_WORKERS, PROBE_MODEL, grad_bytes, compute_s, iterations)
         for i in range(concurrent)
     ]
 
 
-def _probe_jct(policy: str, grad_bytes: int, iterations: int, concurrent: int) -> float:
-    """Mean JCT (s) of `concurrent` identical probe jobs submitted together to the emulation."""
+def _probe_jct(
+    policy: str, grad_bytes: int, iterations: int, concurrent: int, compute_s: float = 0.0
+) -> float:
+    """Mean JCT (s) of `concurrent` identical probe jobs submitted to the emulation."""
     from bench.jct_emu import emu_runner
 
-    jobs = probe_jobs(grad_bytes, iterations, concurrent)
+    jobs = probe_jobs(grad_bytes, iterations, concurrent, compute_s)
     run = emu_runner()(jobs, policy, BenchParams())
     if len(run.jobs) != concurrent:
         raise RuntimeError(f"the {policy} probe of {iterations} iterations did not finish")
     return statistics.fmean(j.jct_s for j in run.jobs)
 
 
-def _per_iteration(policy: str, grad_bytes: int, repeat: int, concurrent: int) -> dict[str, Any]:
+def _per_iteration(
+    policy: str, grad_bytes: int, repeat: int, concurrent: int, compute_s: float = 0.0
+) -> dict[str, Any]:
     """Per-iteration time and fixed cost per job of `concurrent` probes under `policy`."""
     per_iter, fixed, raw = [], [], []
     for _ in range(repeat):
-        short = _probe_jct(policy, grad_bytes, K1, concurrent)
-        long = _probe_jct(policy, grad_bytes, K2, concurrent)
+        short = _probe_jct(policy, grad_bytes, K1, concurrent, compute_s)
+        long = _probe_jct(policy, grad_bytes, K2, concurrent, compute_s)
         raw.append([short, long])
         step = (long - short) / (K2 - K1)
         per_iter.append(step)
@@ -105,7 +131,9 @@ def _per_iteration(policy: str, grad_bytes: int, repeat: int, concurrent: int) -
     }
 
 
-def measure_rates(grad_bytes: int, repeat: int, concurrent: int) -> dict[str, Any]:
+def measure_rates(
+    grad_bytes: int, repeat: int, concurrent: int, compute_s: float = 0.0
+) -> dict[str, Any]:
     """Per-iteration allreduce time (s) and fixed cost per job (s) of `concurrent` probe jobs
     sharing the loopback, per policy; of a one-fragment probe (``overhead``: what an
     iteration costs besides its gradient's fragments); and of one static probe alone
@@ -114,12 +142,13 @@ def measure_rates(grad_bytes: int, repeat: int, concurrent: int) -> dict[str, An
         "probe_bytes": grad_bytes,
         "probe_workers": PROBE_WORKERS,
         "probe_jobs": concurrent,
+        "probe_compute_s": compute_s,
     }
     for policy in ("static", "atp", "esa"):
-        out[policy] = _per_iteration(policy, grad_bytes, repeat, concurrent)
-    out["overhead"] = _per_iteration("static", FRAGMENT_BYTES, repeat, concurrent)
+        out[policy] = _per_iteration(policy, grad_bytes, repeat, concurrent, compute_s)
+    out["overhead"] = _per_iteration("static", FRAGMENT_BYTES, repeat, concurrent, compute_s)
     if concurrent > 1:
-        out["static_alone"] = _per_iteration("static", grad_bytes, repeat, 1)
+        out["static_alone"] = _per_iteration("static", grad_bytes, repeat, 1, compute_s)
     return out
 
 
@@ -189,12 +218,17 @@ def sim_skew_for(target: float, grad_bytes: int, params: BenchParams, concurrent
 
 
 def _sim_per_iteration(
-    policy: str, grad_bytes: int, params: BenchParams, concurrent: int, skew: float | None = None
+    policy: str,
+    grad_bytes: int,
+    params: BenchParams,
+    concurrent: int,
+    skew: float | None = None,
+    compute_s: float = 0.0,
 ) -> float:
     run_policy = skewed_runner(skew)
 
     def jct(k: int) -> float:
-        run = run_policy(probe_jobs(grad_bytes, k, concurrent), policy, params)
+        run = run_policy(probe_jobs(grad_bytes, k, concurrent, compute_s), policy, params)
         return statistics.fmean(j.jct_s for j in run.jobs)
 
     return (jct(K2) - jct(K1)) / (K2 - K1)
@@ -210,6 +244,7 @@ def sim_rate_for(
     skew: float | None = None,
     bracket: tuple[float, float] = (1e-7, 1e3),
     slower_with_more: bool = False,
+    compute_s: float = 0.0,
 ) -> float:
     """The value of `field` at which the simulator's per-iteration time of the probe under
     `policy` is `target_s` (bisection on a log scale within `bracket`; the result is an end of
@@ -219,7 +254,7 @@ def sim_rate_for(
     for _ in range(80):
         mid = math.sqrt(lo * hi)
         trial = params.with_value(field, repr(mid))
-        t = _sim_per_iteration(policy, grad_bytes, trial, concurrent, skew)
+        t = _sim_per_iteration(policy, grad_bytes, trial, concurrent, skew, compute_s)
         if (t > target_s) != slower_with_more:
             lo = mid  # too slow and more is faster, or too fast and more is slower
         else:
@@ -229,22 +264,35 @@ def sim_rate_for(
     return math.sqrt(lo * hi)
 
 
-def _fit_overhead(tiny_s: float, params: BenchParams, concurrent: int) -> float:
+def _fit_overhead(
+    tiny_s: float, params: BenchParams, concurrent: int, compute_s: float = 0.0
+) -> float:
     """``iteration_overhead_s`` at which the simulated one-fragment probe takes `tiny_s` per
-    iteration: the measured time less the simulator's own allreduce of one fragment."""
+    iteration: the measured time less the simulator's own compute and allreduce of one
+    fragment."""
     bare = params.with_value("iteration_overhead_s", "0")
-    comm = _sim_per_iteration("static", FRAGMENT_BYTES, bare, concurrent)
+    comm = _sim_per_iteration("static", FRAGMENT_BYTES, bare, concurrent, None, compute_s)
     return max(0.0, tiny_s - comm)
+
+
+def _setup_s(rates: dict[str, Any]) -> float:
+    """``job_setup_s``: the fixed cost per job of the lone probe when there is one. The probes
+    run together are submitted within a fraction of a second, so their joins (REST, the
+    switch's tables and groups over P4Runtime) queue behind each other at the service; the
+    workload's jobs arrive `bench.jct_emu.ARRIVAL_GAP_S` apart and join one at a time. (Two
+    joins together cost 0.74-0.81 s, four 1.1-1.2 s, one alone 0.34-0.36 s.)"""
+    if "static_alone" in rates:
+        return float(rates["static_alone"]["fixed_s"])
+    return statistics.fmean([rates["static"]["fixed_s"], rates["atp"]["fixed_s"]])
 
 
 def matched_params(rates: dict[str, Any]) -> tuple[BenchParams, float | None, dict[str, Any]]:
     """Simulator parameters that reproduce the probes (module docstring, step 2). Each moves
     the others a little, so the fit alternates until the rates settle (at most 6 rounds)."""
-    from bench.jct_emu import EMU_AGGREGATORS, EMU_WINDOW
-
     grad = int(rates["probe_bytes"])
     c = int(rates.get("probe_jobs", 1))
-    setup = statistics.fmean([rates["static"]["fixed_s"], rates["atp"]["fixed_s"]])
+    cs = float(rates.get("probe_compute_s", 0.0))
+    setup = _setup_s(rates)
     base = BenchParams(
         aggregators=EMU_AGGREGATORS,
         window=EMU_WINDOW,
@@ -268,29 +316,31 @@ def matched_params(rates: dict[str, Any]) -> tuple[BenchParams, float | None, di
     while rounds < 6:
         rounds += 1
         if tiny_t is not None:
-            overhead = _fit_overhead(tiny_t, base, c)
+            overhead = _fit_overhead(tiny_t, base, c, cs)
             base = base.with_value("iteration_overhead_s", repr(overhead))
         if shared:
             assert alone_t is not None
-            pps = sim_rate_for("switch_pps", "static", static_t, grad, base, c, skew, (1, 1e9))
+            pps = sim_rate_for(
+                "switch_pps", "static", static_t, grad, base, c, skew, (1, 1e9), compute_s=cs
+            )
             base = base.with_value("switch_pps", repr(pps))
-            link = sim_rate_for("link_gbps", "static", alone_t, grad, base, 1, skew)
+            link = sim_rate_for("link_gbps", "static", alone_t, grad, base, 1, skew, compute_s=cs)
         else:
-            link = sim_rate_for("link_gbps", "static", static_t, grad, base, c, skew)
+            link = sim_rate_for("link_gbps", "static", static_t, grad, base, c, skew, compute_s=cs)
         base = base.with_value("link_gbps", repr(link))
         if esa_t is not None:
             # What esa's probe adds to static's is mostly each fragment's copy to the PS, off
             # the critical path: it costs the shared CPU only, so the PS is made fast here.
             fast = base.with_value("ps_gbps", "1000")
             cost = sim_rate_for(
-                "ps_switch_cost", "esa", esa_t, grad, fast, c, skew, (1e-3, 20.0), True
+                "ps_switch_cost", "esa", esa_t, grad, fast, c, skew, (1e-3, 20.0), True, cs
             )
             base = base.with_value("ps_switch_cost", repr(cost))
         fast_ps = base.with_value("ps_gbps", "1000")
-        if atp_t <= _sim_per_iteration("atp", grad, fast_ps, c, skew):
+        if atp_t <= _sim_per_iteration("atp", grad, fast_ps, c, skew, cs):
             ps = 1000.0  # the PS is not slower than the switch path: it does not bind
         else:
-            ps = sim_rate_for("ps_gbps", "atp", atp_t, grad, base, c, skew)
+            ps = sim_rate_for("ps_gbps", "atp", atp_t, grad, base, c, skew, compute_s=cs)
         base = base.with_value("ps_gbps", repr(ps))
         if occupancy:
             skew = sim_skew_for(float(occupancy["live_share"]), grad, base, c)
@@ -310,11 +360,11 @@ def matched_params(rates: dict[str, Any]) -> tuple[BenchParams, float | None, di
     # What the fitted simulator gives each probe: the fit has as many rates as probes, but a
     # rate at an end of its range (ps_gbps 1000: the PS does not bind) leaves a residual.
     refit = {
-        "static": _sim_per_iteration("static", grad, base, c, skew),
-        "atp": _sim_per_iteration("atp", grad, base, c, skew),
-        "esa": _sim_per_iteration("esa", grad, base, c, skew),
-        "overhead": _sim_per_iteration("static", FRAGMENT_BYTES, base, c, skew),
-        "static_alone": _sim_per_iteration("static", grad, base, 1, skew),
+        "static": _sim_per_iteration("static", grad, base, c, skew, cs),
+        "atp": _sim_per_iteration("atp", grad, base, c, skew, cs),
+        "esa": _sim_per_iteration("esa", grad, base, c, skew, cs),
+        "overhead": _sim_per_iteration("static", FRAGMENT_BYTES, base, c, skew, cs),
+        "static_alone": _sim_per_iteration("static", grad, base, 1, skew, cs),
     }
     derived = {
         "link_gbps": base.link_gbps,
@@ -466,12 +516,18 @@ def _table(title: str, result: dict[str, Any]) -> list[str]:
 
 
 def _markdown(result: dict[str, Any], rates: dict[str, Any], derived: dict[str, Any]) -> str:
+    compute_s = float(rates.get("probe_compute_s", 0.0))
+    compute = (
+        f"each computing {compute_s:.3f} s per iteration, arrivals staggered"
+        if compute_s > 0
+        else "no compute"
+    )
     lines = [
         MARKER.strip("\n"),
         "",
         "The same workload.csv through --sim, with the simulator's parameters fitted to probe "
         f"jobs run on this loopback (bench.jct_validate: {rates.get('probe_jobs', 1)} probe "
-        "jobs of 2 workers submitted together, and one alone; no compute; a "
+        f"jobs of 2 workers submitted together, and one alone; {compute}; a "
         f"{rates['probe_bytes']} B gradient, and a one-fragment one for the per-iteration "
         f"overhead; {K1} and {K2} iterations, the per-iteration time from the difference, the "
         "per-job fixed cost from the rest). The probes are not the validated workload: "
@@ -519,6 +575,21 @@ def _markdown(result: dict[str, Any], rates: dict[str, Any], derived: dict[str, 
     return "\n".join(lines)
 
 
+def _probe_compute(value: str, workload_csv: Path) -> float:
+    """``--probe-compute``: seconds, or ``workload`` for the mean ``iter_time_s`` of its jobs."""
+    from scheduler.workload import read_workload
+
+    if value == "workload":
+        return statistics.fmean(j.iter_time_s for j in read_workload(workload_csv))
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise SystemExit(f"--probe-compute: seconds or 'workload', got {value!r}") from None
+    if not seconds >= 0:
+        raise SystemExit(f"--probe-compute must be at least 0, got {value}")
+    return seconds
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.jct_validate", description=__doc__)
     p.add_argument("--emu-out", required=True, type=Path, help="output folder of an --emu run")
@@ -532,6 +603,12 @@ def main(argv: list[str] | None = None) -> int:
         help="more --emu runs of the same workload.csv; the average JCTs of all are compared",
     )
     p.add_argument("--rates", type=Path, help="reuse a rates JSON instead of measuring")
+    p.add_argument(
+        "--probe-compute",
+        default=PROBE_COMPUTE,
+        help="compute seconds per probe iteration, or 'workload' (the default) for the mean of "
+        "the validated workload's; 0: probes only communicate",
+    )
     p.add_argument(
         "--concurrency",
         type=int,
@@ -559,7 +636,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         t = time.monotonic()
         c = args.concurrency
-        rates = measure_rates(args.probe_bytes, args.repeat, c)
+        compute_s = _probe_compute(args.probe_compute, runs / "workload.csv")
+        rates = measure_rates(args.probe_bytes, args.repeat, c, compute_s)
         if args.skew:
             rates["occupancy"] = measure_occupancy(args.probe_bytes, c)
         rates["measured_in_s"] = time.monotonic() - t

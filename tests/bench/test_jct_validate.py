@@ -31,11 +31,13 @@ TRUE = BenchParams(
 PROBE_BYTES, CONCURRENT = 65536, 2
 
 
-def _simulated_probe(policy: str, grad_bytes: int, concurrent: int = CONCURRENT) -> dict:
+def _simulated_probe(
+    policy: str, grad_bytes: int, concurrent: int = CONCURRENT, compute_s: float = 0.0
+) -> dict:
     run = v.skewed_runner(None)
 
     def jct(k: int) -> float:
-        jobs = v.probe_jobs(grad_bytes, k, concurrent)
+        jobs = v.probe_jobs(grad_bytes, k, concurrent, compute_s)
         return statistics.fmean(j.jct_s for j in run(jobs, policy, TRUE).jobs)
 
     short, long = jct(v.K1), jct(v.K2)
@@ -70,6 +72,55 @@ def test_the_fit_gives_back_the_parameters_that_made_the_probes(rates: dict) -> 
     for probe in ("static", "atp", "esa"):  # and reproduces every probe
         want = rates[probe]["per_iteration_s"]
         assert derived["sim_probe_per_iteration_s"][probe] == pytest.approx(want, rel=0.01)
+
+
+def test_probes_that_compute_give_back_the_parameters_too() -> None:
+    # Probes computing 0.4 s per iteration, as the default validation runs them (two here,
+    # to keep the test quick): the per-iteration times then hold the compute too, and the fit
+    # must take it out.
+    compute, c = 0.4, 2
+    rates = {
+        "probe_bytes": PROBE_BYTES,
+        "probe_jobs": c,
+        "probe_compute_s": compute,
+        "static": _simulated_probe("static", PROBE_BYTES, c, compute),
+        "atp": _simulated_probe("atp", PROBE_BYTES, c, compute),
+        "esa": _simulated_probe("esa", PROBE_BYTES, c, compute),
+        "overhead": _simulated_probe("static", v.FRAGMENT_BYTES, c, compute),
+        "static_alone": _simulated_probe("static", PROBE_BYTES, 1, compute),
+    }
+    params, _, derived = v.matched_params(rates)
+    assert params.switch_pps == pytest.approx(TRUE.switch_pps, rel=0.05)
+    assert params.ps_switch_cost == pytest.approx(TRUE.ps_switch_cost, rel=0.1)
+    assert params.iteration_overhead_s == pytest.approx(TRUE.iteration_overhead_s, rel=0.05)
+    assert params.job_setup_s == pytest.approx(TRUE.job_setup_s, abs=0.01)
+    for probe in ("static", "esa"):
+        want = rates[probe]["per_iteration_s"]
+        assert derived["sim_probe_per_iteration_s"][probe] == pytest.approx(want, rel=0.01)
+
+
+def test_computing_probes_are_staggered_and_run_as_a_table_model() -> None:
+    from bench.jct_emu import _worker_args
+    from workers.worker import model_cost
+
+    jobs = v.probe_jobs(65536, 3, 4, compute_s=0.4)
+    assert [j.arrival_s for j in jobs] == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    argv = _worker_args(jobs[0])
+    full_bytes, full_s = model_cost(v.PROBE_MODEL)
+    assert argv[argv.index("--compute-scale") + 1] == repr(0.4 / full_s)
+    assert argv[argv.index("--scale") + 1] == repr(65536 / full_bytes)
+    assert all(j.arrival_s == 0 and j.iter_time_s == 0 for j in v.probe_jobs(65536, 3, 2))
+
+
+def test_probe_compute_is_seconds_or_the_workloads_mean(tmp_path: Path) -> None:
+    jobs = emu_workload("synthetic-10", 0)
+    write_workload(jobs, tmp_path / "workload.csv")
+    mean = statistics.fmean(j.iter_time_s for j in jobs)
+    assert v._probe_compute("workload", tmp_path / "workload.csv") == pytest.approx(mean)
+    assert v._probe_compute("0.25", tmp_path / "workload.csv") == 0.25
+    for bad in ("-1", "soon", "nan"):
+        with pytest.raises(SystemExit, match="--probe-compute"):
+            v._probe_compute(bad, tmp_path / "workload.csv")
 
 
 def test_compare_reports_gaps_ranking_and_verdict() -> None:
