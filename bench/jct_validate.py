@@ -84,14 +84,11 @@ def probe_jobs(
     0; with `compute_s` per iteration (a `PROBE_MODEL` job, so that the emulated worker
     sleeps that long) they arrive ``compute_s / concurrent`` apart, so that they do not
     compute and communicate in lockstep."""
-    if compute_s <= 0:
-        return [
-            JobSpec(i, 0.0, PROBE_WORKERS, "probe", grad_bytes, 0.0, iterations)
-            for i in range(concurrent)
-        ]
+    compute_s = max(0.0, compute_s)
+    model = PROBE_MODEL if compute_s else "probe"
     gap = compute_s / concurrent
     return [
-        JobSpec(i, i * gap, PROBE_WORKERS, PROBE_MODEL, grad_bytes, compute_s, iterations)
+        JobSpec(i, i * gap, PROBE_WORKERS, model, grad_bytes, compute_s, iterations)
         for i in range(concurrent)
     ]
 
@@ -271,7 +268,7 @@ def _fit_overhead(
     iteration: the measured time less the simulator's own compute and allreduce of one
     fragment."""
     bare = params.with_value("iteration_overhead_s", "0")
-    comm = _sim_per_iteration("static", FRAGMENT_BYTES, bare, concurrent, None, compute_s)
+    comm = _sim_per_iteration("static", FRAGMENT_BYTES, bare, concurrent, compute_s=compute_s)
     return max(0.0, tiny_s - comm)
 
 
@@ -333,8 +330,9 @@ def matched_params(rates: dict[str, Any]) -> tuple[BenchParams, float | None, di
             # the critical path: it costs the shared CPU only, so the PS is made fast here.
             fast = base.with_value("ps_gbps", "1000")
             cost = sim_rate_for(
-                "ps_switch_cost", "esa", esa_t, grad, fast, c, skew, (1e-3, 20.0), True, cs
-            )
+                "ps_switch_cost", "esa", esa_t, grad, fast, c, skew, (1e-3, 20.0),
+                slower_with_more=True, compute_s=cs,
+            )  # fmt: skip
             base = base.with_value("ps_switch_cost", repr(cost))
         fast_ps = base.with_value("ps_gbps", "1000")
         if atp_t <= _sim_per_iteration("atp", grad, fast_ps, c, skew, cs):
