@@ -49,6 +49,7 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -247,12 +248,26 @@ def sim_rate_for(
     `policy` is `target_s` (bisection on a log scale within `bracket`; the result is an end of
     it when the target lies beyond). `field` is a rate (link_gbps, ps_gbps, switch_pps: more
     is faster) or, with `slower_with_more`, a cost (ps_switch_cost)."""
+
+    def time_of(value: float) -> float:
+        trial = params.with_value(field, repr(value))
+        return _sim_per_iteration(policy, grad_bytes, trial, concurrent, skew, compute_s)
+
+    return _bisect(time_of, target_s, bracket, slower_with_more)
+
+
+def _bisect(
+    time_of: Callable[[float], float],
+    target_s: float,
+    bracket: tuple[float, float],
+    slower_with_more: bool,
+) -> float:
+    """The value within `bracket` at which `time_of` is `target_s` (bisection on a log scale;
+    an end of the bracket when the target lies beyond it)."""
     lo, hi = bracket
     for _ in range(80):
         mid = math.sqrt(lo * hi)
-        trial = params.with_value(field, repr(mid))
-        t = _sim_per_iteration(policy, grad_bytes, trial, concurrent, skew, compute_s)
-        if (t > target_s) != slower_with_more:
+        if (time_of(mid) > target_s) != slower_with_more:
             lo = mid  # too slow and more is faster, or too fast and more is slower
         else:
             hi = mid
@@ -385,6 +400,86 @@ def matched_params(rates: dict[str, Any]) -> tuple[BenchParams, float | None, di
         "sim_probe_per_iteration_s": refit,
     }
     return base, skew, derived
+
+
+# The rates a calibration refits (`calibrate`), and the brackets it searches them in.
+CALIBRATED = ("switch_pps", "ps_switch_cost")
+PPS_BRACKET = (1.0, 1e9)
+COST_BRACKET = (1e-3, 50.0)
+SHARED = ("atp", "esa")  # the policies whose packets the PS costs the switch's CPU
+
+
+def sim_avg_jct(jobs: Sequence[JobSpec], policy: str, params: BenchParams) -> float:
+    """The simulator's average JCT (s) of `jobs` under `policy`."""
+    run = skewed_runner(None)(list(jobs), policy, params)
+    if len(run.jobs) != len(jobs):
+        raise RuntimeError(f"the simulated {policy} run finished {len(run.jobs)} of {len(jobs)}")
+    return statistics.fmean(j.jct_s for j in run.jobs)
+
+
+def _avg_jct_of(
+    jobs: Sequence[JobSpec], policy: str, params: BenchParams, field: str
+) -> Callable[[float], float]:
+    """The simulator's average JCT of `jobs` under `policy` as a function of `field`."""
+    return lambda value: sim_avg_jct(jobs, policy, params.with_value(field, repr(value)))
+
+
+def calibrate(
+    params: BenchParams, jobs: Sequence[JobSpec], emu_avg_jct: dict[str, float]
+) -> tuple[BenchParams, dict[str, Any]]:
+    """Refit the switch's shared rates on a calibration workload (`jobs`, not the validated
+    one) whose --emu average JCTs per policy are `emu_avg_jct`. The probes fix what one job
+    costs (``job_setup_s``, ``iteration_overhead_s``, ``link_gbps``); the calibration what jobs
+    cost each other when they arrive, queue and leave as a workload's do, which probes running
+    the whole time together do not show:
+
+    - ``switch_pps`` so that the simulator's static average JCT is the emulation's (static's
+      packets never reach the PS, so nothing else moves it);
+    - then ``ps_switch_cost``, one rate for two policies: the value that minimises the sum of
+      squared log-ratios sim/emu of atp's and esa's average JCTs (golden-section search on a
+      log scale; with one of them, the exact fit).
+
+    Everything else is kept as `params` has it (``ps_gbps`` included: the PS does not bind
+    the loopback)."""
+    if "static" in emu_avg_jct:
+        time_of = _avg_jct_of(jobs, "static", params, "switch_pps")
+        pps = _bisect(time_of, emu_avg_jct["static"], PPS_BRACKET, slower_with_more=False)
+        params = params.with_value("switch_pps", repr(pps))
+    shared = [name for name in SHARED if name in emu_avg_jct]
+    if shared:
+
+        def misfit(log_cost: float) -> float:
+            trial = params.with_value("ps_switch_cost", repr(math.exp(log_cost)))
+            return sum(
+                math.log(sim_avg_jct(jobs, name, trial) / emu_avg_jct[name]) ** 2 for name in shared
+            )
+
+        lo, hi = (math.log(x) for x in COST_BRACKET)
+        cost = math.exp(_golden_min(misfit, lo, hi, tol=1e-3))
+        params = params.with_value("ps_switch_cost", repr(cost))
+    fitted = {name: sim_avg_jct(jobs, name, params) for name in emu_avg_jct}
+    return params, {
+        "emu_avg_jct": dict(emu_avg_jct),
+        "sim_avg_jct": fitted,
+        "parameters": {field: getattr(params, field) for field in CALIBRATED},
+    }
+
+
+def _golden_min(f: Callable[[float], float], lo: float, hi: float, tol: float) -> float:
+    """A minimum of `f` on [lo, hi] by golden-section search (to `tol`; f unimodal there)."""
+    ratio = (math.sqrt(5) - 1) / 2
+    a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+    fa, fb = f(a), f(b)
+    while hi - lo > tol:
+        if fa <= fb:
+            hi, b, fb = b, a, fa
+            a = hi - ratio * (hi - lo)
+            fa = f(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + ratio * (hi - lo)
+            fb = f(b)
+    return (lo + hi) / 2
 
 
 def _sets(params: BenchParams) -> list[str]:
@@ -560,6 +655,9 @@ def _markdown(result: dict[str, Any], rates: dict[str, Any], derived: dict[str, 
         "Command: `" + result["sim_command"] + "`.",
         "",
     ]
+    calibration = result.get("calibration")
+    if calibration is not None:
+        lines += _calibration_lines(calibration)
     lines += _table("Simulator defaults for latency and worker skew (scheduler.config).", result)
     skewed = result.get("with_measured_skew")
     if skewed is not None:
@@ -571,6 +669,27 @@ def _markdown(result: dict[str, Any], rates: dict[str, Any], derived: dict[str, 
             skewed,
         )
     return "\n".join(lines)
+
+
+def _calibration_lines(calibration: dict[str, Any]) -> list[str]:
+    """The calibration's part of the validation section: what was refitted, to what."""
+    before, after = calibration["probe_parameters"], calibration["parameters"]
+    moved = ", ".join(f"{f} {before[f]:.4g} -> {after[f]:.4g}" for f in after)
+    folders = ", ".join(f"`{f}`" for f in calibration["folders"])
+    lines = [
+        f"Calibrated on {len(calibration['folders'])} --emu runs of another workload "
+        f"({folders}): switch_pps refitted to its static average JCT, ps_switch_cost to its "
+        f"atp and esa ones (least squares of the log-ratios): {moved}. The probes keep what "
+        "one job costs; nothing is fitted to the validated workload's JCTs.",
+        "",
+        "| policy | calibration emu avg JCT (s) | emu runs (s) | fitted sim avg JCT (s) |",
+        "|---|---|---|---|",
+    ]
+    for name, emu in calibration["emu_avg_jct"].items():
+        runs = ", ".join(f"{x:.2f}" for x in calibration["emu_runs"][name])
+        sim = calibration["sim_avg_jct"][name]
+        lines.append(f"| {name} | {emu:.2f} | {runs} | {sim:.2f} |")
+    return [*lines, ""]
 
 
 def _probe_compute(value: str, workload_csv: Path) -> float:
@@ -619,6 +738,16 @@ def main(argv: list[str] | None = None) -> int:
         help="also measure how long aggregators stay partial, and rerun with that worker skew",
     )
     p.add_argument(
+        "--calibrate",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="--emu runs of another workload (say, the same one with another --seed): the "
+        "shared rates (switch_pps, ps_switch_cost, ps_gbps) are refitted to their average "
+        "JCTs before the validated workload is simulated",
+    )
+    p.add_argument(
         "--out",
         type=Path,
         help="folder for the validation, its sim runs and the rates (default: --emu-out, whose "
@@ -644,6 +773,22 @@ def main(argv: list[str] | None = None) -> int:
     from bench.jct import main as bench_main
     from bench.jct import run_bench
     from scheduler.workload import read_workload
+
+    calibration = None
+    if args.calibrate:
+        cal = mean_summary(args.calibrate)
+        cal_csv = args.calibrate[0] / "workload.csv"
+        if cal_csv.read_text() == (runs / "workload.csv").read_text():
+            raise SystemExit(
+                "--calibrate: the calibration runs ran the validated workload itself; "
+                "calibrate on another one (say, the same name with another --seed)"
+            )
+        means = {name: float(r["avg_jct"]) for name, r in cal["policies"].items()}
+        params, calibration = calibrate(params, read_workload(cal_csv), means)
+        calibration["folders"] = cal["folders"]
+        calibration["emu_runs"] = {n: r["runs"] for n, r in cal["policies"].items()}
+        calibration["probe_parameters"] = {f: derived[f] for f in CALIBRATED}
+        derived.update(calibration["parameters"])
 
     policies = ",".join(emu["policies"])
     sim_argv = [
@@ -674,6 +819,8 @@ def main(argv: list[str] | None = None) -> int:
         result["with_measured_skew"] = compare(emu, skewed)
     result["rates"] = rates
     result["sim_parameters"] = derived
+    if calibration is not None:
+        result["calibration"] = calibration
     (out / "validation.json").write_text(json.dumps(result, indent=2))
     section = _markdown(result, rates, derived)
     (out / "validation.md").write_text(section)

@@ -35,15 +35,19 @@ PS process. Assumptions (the fragment-level model in `scheduler.fragsim` makes n
   keeps up; copies beyond the PS's capacity only grow its backlog (they delay nothing here).
 - ``static``: a private partition sized to the window, so nothing bypasses or visits a PS.
 - `SimConfig.switch_pps` (0: unlimited, a hardware pipeline): the switch is one processor
-  shared by every packet that enters it (a software switch's CPU): a fragment costs its n
-  contributions plus, when its result comes from the PS, that result. While job j
+  shared by every packet that enters it and every packet that leaves it (a software switch's
+  CPU: a datagram received and parsed, a datagram sent, cost about the same; a multicast
+  result is n sends): a fragment costs its n contributions and n results to the workers,
+  plus, when its result comes from the PS, that result coming in, plus each packet sent to
+  the PS (critical ones, esa's copies). While job j
   communicates, each other job is communicating too with the probability its duty cycle
   gives, so how many others share the processor is Poisson-binomial; with k of them, j gets
   what their packet rates leave and never less than the fair share 1/(k+1) (processor
   sharing), and its workers' fragment rate is capped at the average over k. (Averaging
   over the occupancy rather than plugging in the mean load matters: the share is concave
   in k, and the mean-load version ran about 7% slow against the fragment simulator.)
-  Each packet the PS receives counts `SimConfig.ps_switch_cost` packets on that processor.
+  Each packet the PS receives counts `SimConfig.ps_switch_cost` packets more on that
+  processor (the PS's own work, when it runs on the same CPU).
 """
 
 from __future__ import annotations
@@ -124,7 +128,8 @@ def _static(cfg: SimConfig, jobs: Sequence[FlowJob]) -> dict[int, CommRate]:
         duty = t / (t + compute)
         if cfg.switch_pps <= 0:
             break
-        new_cap = _switch_cap(cfg.switch_pps, duty, n / step, rate * n, n)
+        # n contributions in, n results out per fragment (module doc).
+        new_cap = _switch_cap(cfg.switch_pps, duty, 2 * n / step, rate * 2 * n, 2 * n)
         settled = np.allclose(new_cap, cap, rtol=_TOL, atol=0.0)
         cap = np.where(np.isinf(cap), new_cap, 0.5 * (cap + new_cap))
         if settled:
@@ -329,11 +334,12 @@ def comm_rates(
         done = held - rate * (1 - lost) * spread  # atp: complete, awaiting the PS result
         duty = t / (t + iter_s)
         if cfg.switch_pps > 0:
-            # Packets the switch's CPU handles per fragment: the n contributions, the PS result
-            # that re-enters the switch (one per PS-bound fragment) and, when the PS runs on
-            # that CPU, the packets the PS receives (critical ones and esa's copies), each at
-            # what a PS packet costs there.
-            per_frag = n + q + cfg.ps_switch_cost * (c + g)
+            # Packets the switch's CPU handles per fragment: the n contributions in and the n
+            # results out, the PS result that re-enters the switch (one per PS-bound
+            # fragment), the packets sent to the PS (critical ones and esa's copies) and,
+            # when the PS runs on that CPU, its work on each of them at what a PS packet
+            # costs there.
+            per_frag = 2 * n + q + (1 + cfg.ps_switch_cost) * (c + g)
             free = _rates(x, q, a, win, fs, np.full(len(jobs), np.inf))
             new_cap = _switch_cap(cfg.switch_pps, duty, free * per_frag, rate * per_frag, per_frag)
             moved_cap = np.where(np.isinf(cap), np.inf, np.abs(new_cap - cap) / new_cap)

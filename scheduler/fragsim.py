@@ -14,7 +14,8 @@ result back through the switch. A worker resends a fragment whose result is late
 doubling), or at once when more than 8 later results overtook it and it is older than twice its
 smoothed RTT (the worker client's fast retransmit). Loss drops worker -> switch packets with
 probability ``loss_rate``. With ``switch_pps`` the switch is one FIFO server of that packet rate
-(every packet the PS receives takes ``ps_switch_cost`` turns on it too). Admission and
+that takes a turn for every packet in and for every packet out (each replica of a multicast;
+every packet the PS receives takes ``ps_switch_cost`` turns on it too). Admission and
 priorities come from the same `Scheduler` as `scheduler.simulator`. Meant for small cases: cost
 is linear in packets.
 """
@@ -302,7 +303,16 @@ class _FragmentSim:
             for out in verdict.outputs:
                 if out.packet.flags & Flag.EVICTED:
                     victim.lost.add(out.packet.seq % victim.frags)
-        later = self.clock.now() + self.cfg.switch_latency_s + self.cfg.link_latency_s
+        leave = self.clock.now()
+        if self.cfg.switch_pps > 0 and verdict.outputs:
+            # Each packet that leaves (each replica of a multicast) takes a turn too.
+            sent = sum(
+                len(self.runs[out.packet.job].workers) if isinstance(out, ToGroup) else 1
+                for out in verdict.outputs
+            )
+            self.switch_free = max(leave, self.switch_free) + sent / self.cfg.switch_pps
+            leave = self.switch_free
+        later = leave + self.cfg.switch_latency_s + self.cfg.link_latency_s
         for out in verdict.outputs:
             if isinstance(out, ToGroup):
                 self.at(later, partial(self.deliver, out.packet))

@@ -21,7 +21,8 @@ TRUE = BenchParams(
     window=EMU_WINDOW,
     ps_processes="1",
     link_gbps=0.015,  # binds a lone probe (5,500 fragments/s per worker) ...
-    switch_pps=16_000.0,  # ... while two probes share the switch (4,000 each)
+    switch_pps=32_000.0,  # ... while two probes share the switch (4 packets a fragment:
+    # 4,000 fragments/s each; alone, 8,000)
     ps_gbps=0.008,  # the PS binds atp's probe; at 0.02 the switch CPU would, and the fit
     # could not see ps_gbps at all (atp's iteration moves 0.04% per 7% of PS rate)
     job_setup_s=0.3,
@@ -213,3 +214,49 @@ def test_out_keeps_the_validation_apart_from_the_emu_folder(rates: dict, tmp_pat
     # The emulation's folder is untouched: no validation files, no sim run, the same report.
     assert not (runs / "validation.json").exists() and not (runs / "sim").exists()
     assert (runs / "report.md").read_text() == report
+
+
+def _simulated_emu_folder(folder: Path, seed: int, policies: list[str]) -> None:
+    """An "--emu" folder whose runs are the simulator with the true parameters."""
+    from bench.jct import run_bench
+
+    jobs = emu_workload("synthetic-10", seed)
+    folder.mkdir(parents=True)
+    write_workload(jobs, folder / "workload.csv")
+    run_bench(
+        list(jobs), policies, TRUE, v.skewed_runner(None), out=folder,
+        workload=str(folder / "workload.csv"), backend="sim", command="test",
+    )  # fmt: skip
+
+
+def test_the_calibration_gives_back_the_shared_rates_of_another_workload() -> None:
+    # Average JCTs of a workload made with the true parameters; the calibration starts from
+    # shared rates that are off by 2x and must find the ones that give those JCTs again.
+    jobs = emu_workload("synthetic-10", 1)
+    want = {p: v.sim_avg_jct(jobs, p, TRUE) for p in ("static", "atp", "esa")}
+    off = TRUE.with_value("switch_pps", repr(TRUE.switch_pps * 2))
+    off = off.with_value("ps_switch_cost", repr(TRUE.ps_switch_cost / 2))
+    params, cal = v.calibrate(off, jobs, want)
+    for policy, jct in want.items():
+        assert cal["sim_avg_jct"][policy] == pytest.approx(jct, rel=0.01), policy
+    assert params.switch_pps == pytest.approx(TRUE.switch_pps, rel=0.05)
+    assert params.ps_switch_cost == pytest.approx(TRUE.ps_switch_cost, rel=0.05)
+    # What the probes fixed is kept.
+    for name in ("job_setup_s", "link_gbps", "ps_gbps", "iteration_overhead_s"):
+        assert getattr(params, name) == getattr(TRUE, name)
+
+
+def test_the_command_calibrates_on_another_workload_only(rates: dict, tmp_path: Path) -> None:
+    policies = ["static", "atp", "esa"]
+    _simulated_emu_folder(tmp_path / "seed-0", 0, policies)
+    _simulated_emu_folder(tmp_path / "seed-1", 1, policies)
+    (tmp_path / "rates.json").write_text(json.dumps(rates))
+    argv = ["--emu-out", str(tmp_path / "seed-0"), "--rates", str(tmp_path / "rates.json")]
+    out = tmp_path / "calibrated"
+    assert v.main([*argv, "--calibrate", str(tmp_path / "seed-1"), "--out", str(out)]) == 0
+    result = json.loads((out / "validation.json").read_text())
+    assert result["passed"] and result["max_abs_gap_pct"] < 3.0
+    assert result["calibration"]["folders"] == [str(tmp_path / "seed-1")]
+    assert "Calibrated" in (out / "validation.md").read_text()
+    with pytest.raises(SystemExit, match="validated workload itself"):
+        v.main([*argv, "--calibrate", str(tmp_path / "seed-0"), "--out", str(out)])
