@@ -2,7 +2,7 @@
 
     python -m bench.jct_validate --emu-out DIR [--repeats DIR2 ...] [--probe-bytes 65536]
                                  [--repeat 2] [--concurrency C] [--rates FILE] [--skew]
-                                 [--out VDIR]
+                                 [--calibrate CDIR ...] [--out VDIR]
 
 `DIR` is the output folder of an ``inasched bench jct ... --emu`` run (it holds the scaled
 ``workload.csv`` and ``summary.json``); `--repeats` names more runs of the same workload,
@@ -32,6 +32,12 @@ policy on 2 cores, as large as the differences between the policies). This modul
    probe's (1000 when the shared CPU already explains it); ``ps_processes=1`` (the service
    embeds one PS process), and the emulation's pool, window and lanes. The fit alternates
    until the rates settle.
+   With ``--calibrate CDIR ...`` (--emu runs of another workload, say the same one with
+   another ``--seed``), ``switch_pps`` and ``ps_switch_cost`` are then refitted to the
+   calibration runs' average JCTs (`calibrate`): probes that run the whole time together do
+   not show what jobs that arrive, queue and leave cost each other (fitted to probes alone,
+   the simulator ran 13-27% fast on the 2026-12-03 runs). The validated workload's own JCTs
+   are never fitted to; calibrating on its own runs is refused.
 3. runs ``bench.jct --sim`` on ``DIR/workload.csv`` with those parameters into ``DIR/sim``
    and compares each policy's average JCT: gap = (sim - emu) / emu in %, and whether the
    policies rank the same. ``DIR/validation.json`` and ``DIR/validation.md`` hold the result
@@ -439,8 +445,7 @@ def calibrate(
       squared log-ratios sim/emu of atp's and esa's average JCTs (golden-section search on a
       log scale; with one of them, the exact fit).
 
-    Everything else is kept as `params` has it (``ps_gbps`` included: the PS does not bind
-    the loopback)."""
+    Everything else is kept as `params` has it (``ps_gbps`` too, as the probes fitted it)."""
     if "static" in emu_avg_jct:
         time_of = _avg_jct_of(jobs, "static", params, "switch_pps")
         pps = _bisect(time_of, emu_avg_jct["static"], PPS_BRACKET, slower_with_more=False)
