@@ -423,13 +423,6 @@ def sim_avg_jct(jobs: Sequence[JobSpec], policy: str, params: BenchParams) -> fl
     return statistics.fmean(j.jct_s for j in run.jobs)
 
 
-def _avg_jct_of(
-    jobs: Sequence[JobSpec], policy: str, params: BenchParams, field: str
-) -> Callable[[float], float]:
-    """The simulator's average JCT of `jobs` under `policy` as a function of `field`."""
-    return lambda value: sim_avg_jct(jobs, policy, params.with_value(field, repr(value)))
-
-
 def calibrate(
     params: BenchParams, jobs: Sequence[JobSpec], emu_avg_jct: dict[str, float]
 ) -> tuple[BenchParams, dict[str, Any]]:
@@ -447,8 +440,11 @@ def calibrate(
 
     Everything else is kept as `params` has it (``ps_gbps`` too, as the probes fitted it)."""
     if "static" in emu_avg_jct:
-        time_of = _avg_jct_of(jobs, "static", params, "switch_pps")
-        pps = _bisect(time_of, emu_avg_jct["static"], PPS_BRACKET, slower_with_more=False)
+
+        def static_jct(pps: float) -> float:
+            return sim_avg_jct(jobs, "static", params.with_value("switch_pps", repr(pps)))
+
+        pps = _bisect(static_jct, emu_avg_jct["static"], PPS_BRACKET, slower_with_more=False)
         params = params.with_value("switch_pps", repr(pps))
     shared = [name for name in SHARED if name in emu_avg_jct]
     if shared:
@@ -749,8 +745,8 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="DIR",
         help="--emu runs of another workload (say, the same one with another --seed): the "
-        "shared rates (switch_pps, ps_switch_cost, ps_gbps) are refitted to their average "
-        "JCTs before the validated workload is simulated",
+        "shared rates (switch_pps, ps_switch_cost) are refitted to their average JCTs before "
+        "the validated workload is simulated",
     )
     p.add_argument(
         "--out",

@@ -121,6 +121,7 @@ def _static(cfg: SimConfig, jobs: Sequence[FlowJob]) -> dict[int, CommRate]:
     frags = np.array([math.ceil(j.grad_bytes / cfg.payload_bytes) for j in jobs], np.float64)
     compute = np.array([j.iter_time_s for j in jobs], dtype=np.float64)
     fixed = cfg.rtt_s + cfg.worker_skew_s * (n - 1) / (n + 1)
+    per_frag = 2 * n  # n contributions in, n results out (module doc)
     cap = np.full(len(jobs), np.inf)
     for _ in range(_ROUNDS if cfg.switch_pps > 0 else 1):
         rate = np.minimum(1 / step, cap)
@@ -128,8 +129,7 @@ def _static(cfg: SimConfig, jobs: Sequence[FlowJob]) -> dict[int, CommRate]:
         duty = t / (t + compute)
         if cfg.switch_pps <= 0:
             break
-        # n contributions in, n results out per fragment (module doc).
-        new_cap = _switch_cap(cfg.switch_pps, duty, 2 * n / step, rate * 2 * n, 2 * n)
+        new_cap = _switch_cap(cfg.switch_pps, duty, per_frag / step, rate * per_frag, per_frag)
         settled = np.allclose(new_cap, cap, rtol=_TOL, atol=0.0)
         cap = np.where(np.isinf(cap), new_cap, 0.5 * (cap + new_cap))
         if settled:
