@@ -26,6 +26,7 @@ import logging
 import sys
 import threading
 import time
+from typing import TextIO
 
 import httpx
 import numpy as np
@@ -37,6 +38,25 @@ from workers.rendezvous import WorkerJoin, join, load_config
 __all__ = ["Reporter", "main", "model_cost"]
 
 log = logging.getLogger(__name__)
+
+
+class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time (a test's capture, say)."""
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: TextIO) -> None:
+        pass
+
+
+# The CLI's one-line exit verdict, bare on stderr whatever the root logger is configured to:
+# its own handler, not propagated (neither basicConfig's format nor a log capture takes it).
+_verdict = logging.getLogger(f"{__name__}.verdict")
+_verdict.propagate = False
+_verdict.addHandler(_CurrentStderr())
 
 EXIT_CANCELLED = 3
 EXIT_TIMEOUT = 4
@@ -152,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _fail(status: int, message: str) -> int:
-    print(f"inasched worker: {message}", file=sys.stderr)  # the CLI's one-line verdict
+    _verdict.error("inasched worker: %s", message)
     return status
 
 
