@@ -5,11 +5,21 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
+from p4ctl.engine import DATAPATH_ENV
 from p4ctl.softswitch import SoftSwitch
 
 # Small enough that wildcard register reads stay cheap, large enough for a few jobs' slots.
 TEST_AGGREGATORS = 256
 TEST_LANES = 64
+
+
+@pytest.fixture(params=["engine", "python"])
+def datapath(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs the test once on each data path (``p4ctl.engine``): every switch, client and PS
+    the test makes follows ``INASCHED_DATAPATH``. The engine must be built: a missing
+    extension fails the engine runs rather than skipping them."""
+    monkeypatch.setenv(DATAPATH_ENV, request.param)
+    return str(request.param)
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from p4ctl.protocol import (
     MAX_JOBS,
@@ -77,9 +78,11 @@ class JobConfig:
 class Registers:
     """The switch's register arrays, named as in the P4 program.
 
-    Scalar arrays are Python lists (the soft switch touches single cells, and list cells are
-    an order of magnitude cheaper than numpy scalars); lanes are one ``(aggregators, k)`` int32
-    array, which the P4 program splits into k arrays ``agg_lane_0 .. agg_lane_{k-1}``.
+    Scalar arrays are Python lists by default (the Python rule touches single cells, and list
+    cells are an order of magnitude cheaper than numpy scalars); with `arrays` they are int64
+    numpy arrays, which the compiled packet pass (``p4ctl.engine``) reads and writes in
+    place. Lanes are one ``(aggregators, k)`` int32 array either way, which the P4 program
+    splits into k arrays ``agg_lane_0 .. agg_lane_{k-1}``.
     """
 
     SCALAR_ARRAYS = (
@@ -92,20 +95,27 @@ class Registers:
         "agg_priority",
     )
 
-    def __init__(self, aggregators: int, lanes: int, max_jobs: int = MAX_JOBS) -> None:
+    agg_job: list[int] | npt.NDArray[np.int64]
+    agg_seq: list[int] | npt.NDArray[np.int64]
+    agg_state: list[int] | npt.NDArray[np.int64]
+    agg_bitmap: list[int] | npt.NDArray[np.int64]
+    agg_count: list[int] | npt.NDArray[np.int64]
+    agg_exponent: list[int] | npt.NDArray[np.int64]
+    agg_priority: list[int] | npt.NDArray[np.int64]
+    job_priority: list[int] | npt.NDArray[np.int64]
+
+    def __init__(
+        self, aggregators: int, lanes: int, max_jobs: int = MAX_JOBS, *, arrays: bool = False
+    ) -> None:
         if aggregators <= 0:
             raise ValueError(f"aggregators must be positive, got {aggregators}")
         self.aggregators = aggregators
         self.k = lanes
-        self.agg_job = [0] * aggregators
-        self.agg_seq = [0] * aggregators
-        self.agg_state = [int(AggState.FREE)] * aggregators
-        self.agg_bitmap = [0] * aggregators
-        self.agg_count = [0] * aggregators
-        self.agg_exponent = [0] * aggregators
-        self.agg_priority = [0] * aggregators
+        self.arrays = arrays
+        for name in self.SCALAR_ARRAYS:
+            setattr(self, name, np.zeros(aggregators, np.int64) if arrays else [0] * aggregators)
         self.agg_lanes = np.zeros((aggregators, lanes), dtype=np.int32)
-        self.job_priority = [0] * max_jobs
+        self.job_priority = np.zeros(max_jobs, np.int64) if arrays else [0] * max_jobs
 
     def free(self, index: int) -> None:
         """Return aggregator `index` to the pool (lanes are overwritten on the next claim)."""
@@ -115,12 +125,14 @@ class Registers:
 
     def reclaim_job(self, job: int) -> int:
         """Free every aggregator `job` holds; returns how many. Idempotent."""
-        freed = 0
-        for i, owner in enumerate(self.agg_job):
-            if owner == job and self.agg_state[i] != AggState.FREE:
-                self.free(i)
-                freed += 1
-        return freed
+        held = [
+            i
+            for i, (owner, state) in enumerate(zip(self.agg_job, self.agg_state, strict=True))
+            if owner == job and state != AggState.FREE
+        ]
+        for i in held:
+            self.free(i)
+        return len(held)
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,10 +67,13 @@ class SoftSwitch:
         drop_rate: float = 0.0,
         seed: int = 0,
         device_id: int = 0,
+        datapath: str | None = None,
     ) -> None:
         if lanes not in SUPPORTED_LANES:
             raise ValueError(f"lanes must be one of {SUPPORTED_LANES}, got {lanes}")
-        self.pipeline = Pipeline(aggregators, lanes, drop_rate=drop_rate, seed=seed)
+        self.pipeline = Pipeline(
+            aggregators, lanes, drop_rate=drop_rate, seed=seed, datapath=datapath
+        )
         self._data_bind = data
         self._p4rt_bind = p4runtime
         self._device_id = device_id
@@ -86,6 +89,11 @@ class SoftSwitch:
     @property
     def lanes(self) -> int:
         return self.pipeline.lanes
+
+    @property
+    def datapath(self) -> str:
+        """``"engine"`` or ``"python"`` (``p4ctl.engine``)."""
+        return self.pipeline.datapath
 
     @property
     def data_address(self) -> Address:
@@ -119,11 +127,12 @@ class SoftSwitch:
         server.start()
         self._dataplane, self._service, self._server = dataplane, service, server
         log.info(
-            "soft switch: P4Runtime on %s, data on %s:%d, %d aggregators x %d lanes",
+            "soft switch: P4Runtime on %s, data on %s:%d, %d aggregators x %d lanes, %s data path",
             self.p4runtime_address,
             *self.data_address,
             self.aggregators,
             self.lanes,
+            self.datapath,
         )
         return self
 
@@ -160,6 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drop-rate", type=float, default=0.0, help="injected loss, 0..1")
     parser.add_argument("--seed", type=int, default=0, help="seed of the injected loss")
     parser.add_argument("--device-id", type=int, default=0)
+    parser.add_argument(
+        "--datapath",
+        choices=("engine", "python"),
+        help="compiled or pure-Python packet pass (default: INASCHED_DATAPATH, else engine)",
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
@@ -172,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             drop_rate=args.drop_rate,
             seed=args.seed,
             device_id=args.device_id,
+            datapath=args.datapath,
         ).start()
     except (ValueError, OSError) as exc:
         parser.error(str(exc))

@@ -4,7 +4,7 @@ P4Runtime client against a real soft switch over gRPC, with real UDP traffic."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 import numpy as np
@@ -67,7 +67,10 @@ def test_fresh_backend_has_empty_occupancy_and_counters(backend: SwitchBackend) 
     assert counters.jobs == {} and set(counters.drops.values()) == {0}
 
 
-def test_soft_switch_serves_a_job_installed_by_the_client(soft_switch: SoftSwitch) -> None:
+def test_soft_switch_serves_a_job_installed_by_the_client(
+    datapath: str, make_soft_switch: Callable[..., SoftSwitch]
+) -> None:
+    soft_switch = make_soft_switch(aggregators=256, lanes=64, datapath=datapath)
     socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(3)]
     try:
         for sock in socks:

@@ -210,8 +210,10 @@ def test_pipeline_of_another_sizing_is_refused_with_the_difference(
         shell.tear_down()
 
 
-def test_injected_loss_is_seeded_and_counted(make_soft_switch: object) -> None:
-    switch = make_soft_switch(aggregators=16, lanes=64, drop_rate=0.5, seed=3)  # type: ignore[operator]
+def test_injected_loss_is_seeded_and_counted(datapath: str, make_soft_switch: object) -> None:
+    switch = make_soft_switch(  # type: ignore[operator]
+        aggregators=16, lanes=64, drop_rate=0.5, seed=3, datapath=datapath
+    )
     pkt = encode(Packet(kind=Kind.GRADIENT, job=1, lanes=np.zeros(64, dtype=np.int32)))
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
         for _ in range(200):
