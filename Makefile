@@ -8,7 +8,8 @@ FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
 .PHONY: run test lint p4 p4info bench clean
 
-$(BIN)/.installed: pyproject.toml
+# The compiled data path (p4ctl._engine) is built by this install: a changed C file rebuilds it.
+$(BIN)/.installed: pyproject.toml $(wildcard p4/p4ctl/engine/*.c p4/p4ctl/engine/*.h)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check $(FIND_LINKS) -e '.[dev,torch]'
 	touch $@

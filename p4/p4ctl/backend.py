@@ -19,7 +19,7 @@ from typing import Protocol, runtime_checkable
 from p4ctl.errors import SwitchError, UpdateError, WriteFailed
 from p4ctl.pipeline import Address, Pipeline
 from p4ctl.protocol import MAX_JOBS, MAX_WORKERS, PS_WORKER_ID, AggState, DropReason, Policy
-from p4ctl.rule import JOB_COUNTERS, JobConfig, Registers, is_power_of_two
+from p4ctl.rule import JOB_COUNTERS, Cells, JobConfig, Registers, is_power_of_two
 
 __all__ = [
     "Endpoint",
@@ -263,7 +263,8 @@ class InMemorySwitch:
 
     def occupancy(self) -> Occupancy:
         regs = self.pipeline.registers
-        return Occupancy(job=tuple(regs.agg_job), state=tuple(regs.agg_state))
+        # map(int): on the compiled data path the registers are numpy arrays.
+        return Occupancy(job=tuple(map(int, regs.agg_job)), state=tuple(map(int, regs.agg_state)))
 
     def counters(self) -> SwitchCounters:
         pipe = self.pipeline
@@ -288,15 +289,16 @@ class InMemorySwitch:
         pipe.endpoints.update(self._ports.by_port)
 
 
-def counters_from(job_packets: Mapping[str, list[int]], drops: list[int]) -> SwitchCounters:
-    """`SwitchCounters` from per-name, per-job packet counts and per-reason drop counts."""
+def counters_from(job_packets: Mapping[str, Cells], drops: Cells) -> SwitchCounters:
+    """`SwitchCounters` from per-name, per-job packet counts and per-reason drop counts (lists,
+    or the numpy arrays of the compiled data path: the answer holds plain ints either way)."""
     jobs: dict[int, dict[str, int]] = {}
     for name in JOB_COUNTERS:
         for job, count in enumerate(job_packets[name]):
             if count:
-                jobs.setdefault(job, dict.fromkeys(JOB_COUNTERS, 0))[name] = count
+                jobs.setdefault(job, dict.fromkeys(JOB_COUNTERS, 0))[name] = int(count)
     return SwitchCounters(
-        jobs=jobs, drops={reason.name.lower(): drops[reason] for reason in DropReason}
+        jobs=jobs, drops={reason.name.lower(): int(drops[reason]) for reason in DropReason}
     )
 
 

@@ -39,7 +39,7 @@ from p4ctl.protocol import (
     encode_header,
     encode_lanes,
 )
-from p4ctl.rule import COUNTERS, JOB_COUNTERS, JobConfig, Registers, ToGroup, check, process
+from p4ctl.rule import COUNTERS, JOB_COUNTERS, Cells, JobConfig, Registers, ToGroup, check, process
 from p4ctl.switch_engine import EnginePass, Table, TableArrays, job_counter_arrays
 
 __all__ = ["Address", "Pipeline"]
@@ -83,11 +83,17 @@ class Pipeline:
         self.sources: dict[tuple[int, int, str, int], int] = new_table()
         self.endpoints: dict[int, Address] = new_table()
         self.groups: dict[int, tuple[int, ...]] = new_table()
+        self.job_packets: dict[str, Cells]
+        self.job_bytes: dict[str, Cells]
+        self.drop_packets: Cells
+        self.drop_bytes: Cells
         if compiled:
-            self.job_packets, job_packets = job_counter_arrays(MAX_JOBS)
-            self.job_bytes, job_bytes = job_counter_arrays(MAX_JOBS)
-            self.drop_packets = np.zeros(len(DropReason), np.int64)
-            self.drop_bytes = np.zeros(len(DropReason), np.int64)
+            packets, job_packets = job_counter_arrays(MAX_JOBS)
+            octets, job_bytes = job_counter_arrays(MAX_JOBS)
+            drop_packets = np.zeros(len(DropReason), np.int64)
+            drop_bytes = np.zeros(len(DropReason), np.int64)
+            self.job_packets, self.job_bytes = dict(packets), dict(octets)
+            self.drop_packets, self.drop_bytes = drop_packets, drop_bytes
         else:
             self.job_packets = {name: [0] * MAX_JOBS for name in JOB_COUNTERS}
             self.job_bytes = {name: [0] * MAX_JOBS for name in JOB_COUNTERS}
@@ -105,7 +111,7 @@ class Pipeline:
             self._engine = EnginePass(
                 self.registers,
                 (job_packets, job_bytes),
-                (self.drop_packets, self.drop_bytes),  # type: ignore[arg-type]
+                (drop_packets, drop_bytes),
                 MAX_JOBS,
             )
             self._tables_changed()

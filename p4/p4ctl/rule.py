@@ -42,6 +42,7 @@ from p4ctl.protocol import (
 
 __all__ = [
     "COUNTERS",
+    "Cells",
     "JOB_COUNTERS",
     "JobConfig",
     "Outcome",
@@ -75,6 +76,10 @@ class JobConfig:
     ps_port: int = 0
 
 
+# One register or counter array: a list on the Python data path, int64 numpy on the compiled one.
+Cells = list[int] | npt.NDArray[np.int64]
+
+
 class Registers:
     """The switch's register arrays, named as in the P4 program.
 
@@ -95,14 +100,14 @@ class Registers:
         "agg_priority",
     )
 
-    agg_job: list[int] | npt.NDArray[np.int64]
-    agg_seq: list[int] | npt.NDArray[np.int64]
-    agg_state: list[int] | npt.NDArray[np.int64]
-    agg_bitmap: list[int] | npt.NDArray[np.int64]
-    agg_count: list[int] | npt.NDArray[np.int64]
-    agg_exponent: list[int] | npt.NDArray[np.int64]
-    agg_priority: list[int] | npt.NDArray[np.int64]
-    job_priority: list[int] | npt.NDArray[np.int64]
+    agg_job: Cells
+    agg_seq: Cells
+    agg_state: Cells
+    agg_bitmap: Cells
+    agg_count: Cells
+    agg_exponent: Cells
+    agg_priority: Cells
+    job_priority: Cells
 
     def __init__(
         self, aggregators: int, lanes: int, max_jobs: int = MAX_JOBS, *, arrays: bool = False

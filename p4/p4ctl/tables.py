@@ -22,7 +22,7 @@ from p4.v1 import p4runtime_pb2 as p4rt
 from p4ctl.pipeline import Pipeline
 from p4ctl.protocol import MAX_WORKERS, Policy
 from p4ctl.replication import Replication
-from p4ctl.rule import JOB_COUNTERS, JobConfig, Registers, is_power_of_two
+from p4ctl.rule import JOB_COUNTERS, Cells, JobConfig, Registers, is_power_of_two
 from p4ctl.values import EntityError, decode_value, encode_value
 
 __all__ = ["Entities"]
@@ -278,7 +278,7 @@ class Entities:
             raise EntityError(code_pb2.NOT_FOUND, f"no counter with id {counter_id}")
         return found
 
-    def _counter_cells(self, name: str) -> tuple[list[int], list[int]]:
+    def _counter_cells(self, name: str) -> tuple[Cells, Cells]:
         pipe = self.pipeline
         if name in JOB_COUNTERS:
             return pipe.job_packets[name], pipe.job_bytes[name]

@@ -11,11 +11,13 @@ MODULES = [
     "client",
     "client_codec",
     "dataplane",
+    "engine",
     "errors",
     "p4rt_service",
     "pipeline",
     "replication",
     "softswitch",
+    "switch_engine",
     "tables",
     "values",
 ]

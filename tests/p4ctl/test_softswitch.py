@@ -12,7 +12,8 @@ from p4.v1 import p4runtime_pb2 as p4rt
 from p4ctl.client_codec import P4Names, addr_int, write_errors
 from p4ctl.errors import UpdateError
 from p4ctl.p4info import CLONE_SESSION, Sizing, build_p4info
-from p4ctl.protocol import DropReason, Kind, Packet, encode
+from p4ctl.protocol import DropReason, Kind, Packet, Policy, decode, encode
+from p4ctl.rule import JobConfig
 from p4ctl.softswitch import SoftSwitch, main, parse_address
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
@@ -231,3 +232,43 @@ def test_cli_rejects_a_bad_address() -> None:
     with pytest.raises(SystemExit):
         main(["--data", "nowhere"])
     assert parse_address("127.0.0.1:9555") == ("127.0.0.1", 9555)
+
+
+def test_garbage_and_strangers_are_dropped_and_counted_while_a_job_is_served(
+    datapath: str, make_soft_switch: object
+) -> None:
+    switch = make_soft_switch(aggregators=16, lanes=64, datapath=datapath)  # type: ignore[operator]
+    pipe = switch.pipeline
+    rng = np.random.default_rng(7)
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(3)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+            sock.settimeout(10.0)
+        workers, stranger = socks[:2], socks[2]
+        for w, sock in enumerate(workers):
+            host, port = sock.getsockname()
+            pipe.sources[(1, w, host, port)] = 10 + w
+            pipe.endpoints[10 + w] = (host, port)
+        pipe.groups[5] = (10, 11)
+        pipe.jobs[1] = JobConfig(1, Policy.STATIC, 2, 0, 4, 5, 10)
+        lanes = np.arange(64, dtype=np.int32)
+        first = Packet(kind=Kind.GRADIENT, job=1, worker=0, fan_in=2, bitmap=1, lanes=lanes)
+        # Garbage of every length (as one burst, coalesced or not), and a well-formed packet
+        # from an address the worker table does not know.
+        for _ in range(300):
+            stranger.sendto(rng.bytes(int(rng.integers(1, 400))), switch.data_address)
+        stranger.sendto(encode(first), switch.data_address)
+        workers[0].sendto(encode(first), switch.data_address)
+        workers[1].sendto(encode(first.replace(worker=1, bitmap=2)), switch.data_address)
+        for sock in workers:
+            result = decode(sock.recv(2048), 64)
+            assert result.kind == Kind.RESULT and np.array_equal(result.lanes, 2 * lanes)
+        drops = pipe.drop_packets
+        assert drops[DropReason.UNREGISTERED_SOURCE] == 1
+        # Random bytes fail the first check they meet; every one is counted somewhere.
+        assert sum(int(d) for d in drops) == 301
+        assert pipe.job_packets["job_aggregated"][1] == 2
+    finally:
+        for sock in socks:
+            sock.close()
