@@ -30,6 +30,16 @@ Everything else is dropped and counted by reason (`PsCounters.drops`): the decod
 (a kind other than TO_PS), ``unknown_job``, ``foreign_source`` (not the job's switch),
 ``bad_fan_in``, ``bad_bitmap``, ``stale`` (a sequence whose result was already forgotten) and
 ``overflow`` (more open sequences than `max_results`: memory stays bounded).
+
+Two data paths (``p4ctl.engine``, ``INASCHED_DATAPATH``, or the `datapath` argument), chosen
+once per PS. ``python``: one ``recvfrom`` and one ``sendto`` per datagram. ``engine`` (the
+default): datagrams arrive in bursts (``recvmmsg`` with UDP GRO) as rows of a `Burst`, each
+row goes through the same `_handle`, and a burst's replies leave in one ``sendmmsg`` (UDP GSO
+merges runs to one switch). Counters, the two queues and the bound on a turn mean the same on
+both; two drops exist only on the engine path: a datagram longer than the largest supported
+one is cut, and dropped for the reason `decode` would give (``bad_lanes`` when its header is
+well formed, announcing more lanes than `SUPPORTED_LANES` allows), and datagrams a burst had
+no room for (a sender segmenting more than 64 datagrams per send) are ``burst_full``.
 """
 
 from __future__ import annotations
@@ -45,9 +55,14 @@ from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+from p4ctl import engine
+from p4ctl.engine import Burst, pack_address, unpack_address
 from p4ctl.protocol import (
+    HEADER_SIZE,
     MAX_JOBS,
     MAX_WORKERS,
+    SUPPORTED_LANES,
     Kind,
     MalformedPacket,
     Packet,
@@ -71,6 +86,21 @@ _SWEEP_S = 0.2
 MAX_QUEUED_COPIES = 65536
 # Copies stored per turn of the serving loop before the socket is looked at again.
 _COPY_BATCH = 64
+# Datagrams served per turn of the serving loop, at most, so the idle sweep runs under a flood.
+_DRAIN_LIMIT = 1024
+# Enum members as module constants: ``Kind.TO_PS`` is an attribute lookup through the enum's
+# metaclass, a measurable share of the per-datagram cost.
+_TO_PS = Kind.TO_PS
+_ESA = Policy.ESA
+_DATAPATHS = ("engine", "python")
+# A row of the engine path's bursts: the longest datagram any switch sends. A longer one is
+# cut to this, and dropped by its real length.
+_ROW_BYTES = HEADER_SIZE + 4 * max(SUPPORTED_LANES)
+# Rows of a burst. `Burst.recv` reads slots // (65536 // _ROW_BYTES) = 16 messages a call, and
+# a GRO message holds at most 64 datagrams from a sender that segments as the engine does (a
+# NIC's GRO stops at 64 too), so a burst always has room for them; a sender segmenting more
+# (the kernel allows 128) can overfill one, and what has no row is counted as burst_full.
+_BURST_SLOTS = 1024
 
 # A datagram to send and where to, or nothing.
 _Reply = tuple[bytes, tuple[str, int]] | None
@@ -99,8 +129,57 @@ class _Job:
     last_active: float = field(default_factory=time.monotonic)
 
 
+class _BurstIO:
+    """The engine path's buffers for one socket: received rows ``[next, held)`` not yet
+    served, and rows for a burst of replies."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.burst = Burst(_BURST_SLOTS, _ROW_BYTES)
+        self.burst.enable_gro(sock)
+        self.rows = self.burst.rows.data.cast("B")
+        self.next = self.held = 0
+        self.out = np.zeros((_BURST_SLOTS, _ROW_BYTES), np.uint8)
+        self.out_rows = self.out.data.cast("B")
+        self.out_sizes = np.zeros(_BURST_SLOTS, np.int64)
+        self.out_addrs = np.zeros(_BURST_SLOTS, np.int64)
+
+    def receive(self) -> int:
+        """Refill the rows from the socket; returns the datagrams that had no row (the rows
+        held are ``[0, held)``, none when the socket is empty or failed)."""
+        self.next = self.held = 0
+        try:
+            self.held, lost = self.burst.recv(self.sock, wait=False)
+        except OSError as exc:
+            log.debug("receive failed: %s", exc)
+            return 0
+        return int(lost)
+
+    def send(self, replies: list[tuple[bytes, tuple[str, int]]]) -> None:
+        """Send `replies` as bursts (each fits a row: it has the lanes of a datagram that did)."""
+        packed_to: tuple[str, int] | None = None
+        packed = 0
+        for first in range(0, len(replies), _BURST_SLOTS):
+            count = 0
+            for data, addr in replies[first : first + _BURST_SLOTS]:
+                if addr != packed_to:
+                    packed_to, packed = addr, pack_address(addr)
+                at = count * _ROW_BYTES
+                self.out_rows[at : at + len(data)] = data
+                self.out_sizes[count] = len(data)
+                self.out_addrs[count] = packed
+                count += 1
+            failed = self.burst.send(self.sock, self.out, self.out_sizes, self.out_addrs, count)
+            if failed:  # the workers' resends will ask again
+                log.debug("%d of %d replies not sent", failed, count)
+
+
 class ParameterServer:
-    """An embeddable PS: `start`, `register_job`, `counters`, `stop` (see module docstring)."""
+    """An embeddable PS: `start`, `register_job`, `counters`, `stop` (see module docstring).
+
+    `datapath` (None: ``p4ctl.engine.datapath()``) picks the data path; the attribute of the
+    same name says which one serves, ``"engine"`` or ``"python"`` (the engine is not built).
+    """
 
     def __init__(
         self,
@@ -110,6 +189,7 @@ class ParameterServer:
         idle_timeout_s: float = 60.0,
         max_results: int = 8192,
         learn_jobs: bool = True,
+        datapath: str | None = None,
     ) -> None:
         self.idle_timeout_s = idle_timeout_s
         self.max_results = max_results
@@ -122,11 +202,17 @@ class ParameterServer:
             self._sock.close()
             raise
         self._sock.setblocking(False)
+        try:
+            self.datapath = _chosen_datapath(datapath)
+            self._io = _BurstIO(self._sock) if self.datapath == "engine" else None
+        except BaseException:
+            self._sock.close()
+            raise
         self._wake_r, self._wake_w = socket.socketpair()
         self._lock = threading.Lock()
         self._jobs: dict[int, _Job] = {}
         self._received = 0
-        self._outcomes: Counter[str] = Counter()
+        self._outcomes: dict[str, int] = {}
         self._drops: Counter[str] = Counter()
         self._copies: deque[tuple[_Job, Packet]] = deque()
         self._stopping = False
@@ -199,9 +285,11 @@ class ParameterServer:
     def _serve(self) -> None:
         next_sweep = time.monotonic() + _SWEEP_S
         while not self._stopping:
-            wait = 0.0 if self._copies else _SWEEP_S
+            # Rows of a burst not yet served are datagrams still to read, as in the socket.
+            held = self._io is not None and self._io.next < self._io.held
+            wait = 0.0 if self._copies or held else _SWEEP_S
             readable, _, _ = select.select([self._sock, self._wake_r], [], [], wait)
-            if self._sock in readable:
+            if held or self._sock in readable:
                 self._drain()
             elif self._copies:
                 self._store_copies(_COPY_BATCH)
@@ -213,7 +301,10 @@ class ParameterServer:
     def _drain(self) -> None:
         """Serve what the socket holds, at most 1024 datagrams (so the idle sweep still runs
         under a flood); esa's copies among them wait in `_copies`."""
-        for _ in range(1024):
+        if self._io is not None:
+            self._drain_bursts(self._io)
+            return
+        for _ in range(_DRAIN_LIMIT):
             try:
                 data, addr = self._sock.recvfrom(_MAX_DATAGRAM)
             except (BlockingIOError, InterruptedError):
@@ -226,6 +317,44 @@ class ParameterServer:
             if reply is not None:
                 self._send(*reply)
 
+    def _drain_bursts(self, io: _BurstIO) -> None:
+        """`_drain` on the engine path: the same datagrams, read a burst at a time; rows past
+        the turn's limit wait in the burst for the next turn."""
+        budget = _DRAIN_LIMIT
+        while budget > 0:
+            if io.next == io.held:
+                lost = io.receive()
+                if lost:
+                    with self._lock:
+                        self._received += lost
+                        self._drops["burst_full"] += lost
+                if io.held == 0:
+                    return
+            end = min(io.held, io.next + budget)
+            self._serve_rows(io, io.next, end)
+            budget -= end - io.next
+            io.next = end
+
+    def _serve_rows(self, io: _BurstIO, start: int, end: int) -> None:
+        """`_handle` received rows ``[start, end)``, then send their replies as one burst."""
+        replies: list[tuple[bytes, tuple[str, int]]] = []
+        sizes = io.burst.sizes[start:end].tolist()
+        sources = io.burst.addrs[start:end].tolist()
+        unpacked_from, source = -1, ("", 0)
+        with self._lock:  # once per burst: this runs on the PS's only thread
+            for row, (size, packed) in enumerate(zip(sizes, sources, strict=True), start):
+                if packed != unpacked_from:  # a burst mostly comes from one switch
+                    unpacked_from, source = packed, unpack_address(packed)
+                at = row * _ROW_BYTES
+                if size > _ROW_BYTES:
+                    reply = self._handle_cut(io.rows[at : at + _ROW_BYTES], size)
+                else:
+                    reply = self._handle(io.rows[at : at + size], source)
+                if reply is not None:
+                    replies.append(reply)
+        if replies:
+            io.send(replies)
+
     def _store_copies(self, batch: int) -> None:
         """Store up to `batch` queued esa copies (the socket was empty)."""
         replies: list[_Reply] = []
@@ -234,6 +363,9 @@ class ParameterServer:
                 job, pkt = self._copies.popleft()
                 if self._jobs.get(pkt.job) is job:  # else removed meanwhile, state and all
                     replies.append(self._accept(job, pkt))
+        if self._io is not None:
+            self._io.send([reply for reply in replies if reply is not None])
+            return
         for reply in replies:
             if reply is not None:
                 self._send(*reply)
@@ -249,14 +381,25 @@ class ParameterServer:
         self._drops[reason] += 1
         return None
 
-    def _handle(self, data: bytes, addr: tuple[str, int]) -> _Reply:
+    def _handle_cut(self, head: memoryview, size: int) -> _Reply:
+        """Account a datagram of `size` bytes cut to its first bytes `head` (engine path): it
+        is dropped for the reason `decode` gives its length and header, or as bad_lanes when
+        those are well formed (more lanes than any supported k)."""
+        self._received += 1
+        try:
+            decode(bytes(head) + bytes(size - len(head)))
+        except MalformedPacket as exc:
+            return self._drop(exc.reason.name.lower())
+        return self._drop("bad_lanes")
+
+    def _handle(self, data: bytes | memoryview, addr: tuple[str, int]) -> _Reply:
         """Account one datagram; returns the reply to send, if any (caller holds the lock)."""
         self._received += 1
         try:
             pkt = decode(data)
         except MalformedPacket as exc:
             return self._drop(exc.reason.name.lower())
-        if pkt.kind != Kind.TO_PS:
+        if pkt.kind != _TO_PS:
             return self._drop("not_to_ps")
         job = self._jobs.get(pkt.job)
         if job is None:
@@ -274,12 +417,17 @@ class ParameterServer:
             return self._drop("bad_fan_in")
         if pkt.bitmap == 0 or pkt.bitmap >> job.fan_in:
             return self._drop("bad_bitmap")
+        lanes = len(pkt.lanes)
         if job.lanes is None:
-            job.lanes = len(pkt.lanes)
-        if len(pkt.lanes) != job.lanes:
+            job.lanes = lanes
+        if lanes != job.lanes:
             return self._drop("bad_lanes")
         job.last_active = time.monotonic()
-        if is_esa_copy(job.policy, job.fan_in, pkt) and len(self._copies) < MAX_QUEUED_COPIES:
+        if (
+            job.policy == _ESA  # is_esa_copy's first condition, without its call
+            and is_esa_copy(job.policy, job.fan_in, pkt)
+            and len(self._copies) < MAX_QUEUED_COPIES
+        ):
             self._copies.append((job, pkt))
             return None
         return self._accept(job, pkt)
@@ -289,9 +437,10 @@ class ParameterServer:
         if job.ledger is None:
             job.ledger = JobLedger(pkt.job, job.fan_in, job.window, job.policy, self.max_results)
         accepted = job.ledger.accept(pkt)
-        if accepted.outcome in ("stale", "overflow"):
-            return self._drop(accepted.outcome)
-        self._outcomes[accepted.outcome] += 1
+        outcome = accepted.outcome
+        if outcome == "stale" or outcome == "overflow":
+            return self._drop(outcome)
+        self._outcomes[outcome] = self._outcomes.get(outcome, 0) + 1  # a Counter's += is slower
         return (encode(accepted.reply), job.switch) if accepted.reply is not None else None
 
     def _sweep(self, now: float) -> None:
@@ -304,6 +453,18 @@ class ParameterServer:
                     job.ledger = None
                 else:
                     del self._jobs[job_id]
+
+
+def _chosen_datapath(wanted: str | None) -> str:
+    """`wanted`, else ``p4ctl.engine.datapath()``; python when the engine is not built."""
+    if wanted is None:
+        chosen: str = engine.datapath()
+        return chosen
+    if wanted not in _DATAPATHS:
+        raise ValueError(f"datapath {wanted!r}: expected one of {', '.join(_DATAPATHS)}")
+    if wanted == "engine" and engine.engine_module() is None:
+        return "python"
+    return wanted
 
 
 def _registration(text: str) -> tuple[int, int, Policy | None, int | None]:

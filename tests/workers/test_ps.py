@@ -1,5 +1,5 @@
 """The parameter server over a real UDP socket: it completes sums, answers resends, and drops
-and counts what is malformed or foreign."""
+and counts what is malformed or foreign; every test runs on both data paths."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from p4ctl.engine import DATAPATH_ENV
 from p4ctl.protocol import PS_WORKER_ID, Flag, Kind, Packet, Policy, decode, encode
 
 from workers.ps import ParameterServer
@@ -17,9 +18,17 @@ LANES = 64
 GUARD_S = 30.0
 
 
+@pytest.fixture(autouse=True, params=["engine", "python"])
+def datapath(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every PS a test makes serves on this data path (as ``INASCHED_DATAPATH`` selects it)."""
+    monkeypatch.setenv(DATAPATH_ENV, request.param)
+    return str(request.param)
+
+
 @pytest.fixture
-def ps() -> Iterator[ParameterServer]:
+def ps(datapath: str) -> Iterator[ParameterServer]:
     with ParameterServer(idle_timeout_s=0.3) as server:
+        assert server.datapath == datapath
         yield server
 
 
