@@ -92,7 +92,6 @@ _DRAIN_LIMIT = 1024
 # metaclass, a measurable share of the per-datagram cost.
 _TO_PS = Kind.TO_PS
 _ESA = Policy.ESA
-_DATAPATHS = ("engine", "python")
 # A row of the engine path's bursts: the longest datagram any switch sends. A longer one is
 # cut to this, and dropped by its real length.
 _ROW_BYTES = HEADER_SIZE + 4 * max(SUPPORTED_LANES)
@@ -203,7 +202,7 @@ class ParameterServer:
             raise
         self._sock.setblocking(False)
         try:
-            self.datapath = _chosen_datapath(datapath)
+            self.datapath = engine.resolve_datapath(datapath)
             self._io = _BurstIO(self._sock) if self.datapath == "engine" else None
         except BaseException:
             self._sock.close()
@@ -453,18 +452,6 @@ class ParameterServer:
                     job.ledger = None
                 else:
                     del self._jobs[job_id]
-
-
-def _chosen_datapath(wanted: str | None) -> str:
-    """`wanted`, else ``p4ctl.engine.datapath()``; python when the engine is not built."""
-    if wanted is None:
-        chosen: str = engine.datapath()
-        return chosen
-    if wanted not in _DATAPATHS:
-        raise ValueError(f"datapath {wanted!r}: expected one of {', '.join(_DATAPATHS)}")
-    if wanted == "engine" and engine.engine_module() is None:
-        return "python"
-    return wanted
 
 
 def _registration(text: str) -> tuple[int, int, Policy | None, int | None]:

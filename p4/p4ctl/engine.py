@@ -32,11 +32,12 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
-    "DATAPATH_ENV",
     "Burst",
+    "DATAPATH_ENV",
     "datapath",
     "engine_module",
     "pack_address",
+    "resolve_datapath",
     "unpack_address",
 ]
 
@@ -73,6 +74,18 @@ def datapath() -> str:
     wanted = os.environ.get(DATAPATH_ENV, "engine").strip().lower() or "engine"
     if wanted not in _CHOICES:
         raise ValueError(f"{DATAPATH_ENV}={wanted!r}: expected one of {', '.join(_CHOICES)}")
+    if wanted == "engine" and engine_module() is None:
+        return "python"
+    return wanted
+
+
+def resolve_datapath(wanted: str | None) -> str:
+    """The data path a component runs: `wanted` (``"engine"`` or ``"python"``), or `datapath`
+    for None; ``"python"`` when the engine is wanted but not built (logged once)."""
+    if wanted is None:
+        return datapath()
+    if wanted not in _CHOICES:
+        raise ValueError(f"datapath {wanted!r}: expected one of {', '.join(_CHOICES)}")
     if wanted == "engine" and engine_module() is None:
         return "python"
     return wanted

@@ -26,8 +26,7 @@ from collections.abc import Iterator
 import numpy as np
 import numpy.typing as npt
 
-from p4ctl.engine import datapath as default_datapath
-from p4ctl.engine import pack_address, unpack_address
+from p4ctl.engine import pack_address, resolve_datapath, unpack_address
 from p4ctl.protocol import (
     HEADER_SIZE,
     MAX_JOBS,
@@ -71,9 +70,7 @@ class Pipeline:
     ) -> None:
         if not 0.0 <= drop_rate < 1.0:
             raise ValueError(f"drop rate must be in [0, 1), got {drop_rate}")
-        self.datapath = datapath or default_datapath()
-        if self.datapath not in ("engine", "python"):
-            raise ValueError(f"datapath must be 'engine' or 'python', got {self.datapath!r}")
+        self.datapath = resolve_datapath(datapath)
         compiled = self.datapath == "engine"
         self.aggregators = aggregators
         self.lanes = lanes

@@ -30,7 +30,13 @@ from p4ctl.engine import engine_module, pack_address
 from p4ctl.protocol import HEADER_SIZE
 from p4ctl.rule import JOB_COUNTERS, JobConfig, Registers
 
-__all__ = ["JOB_COLUMNS", "EnginePass", "Table", "TableArrays", "job_counter_arrays"]
+__all__ = [
+    "EnginePass",
+    "JOB_COLUMNS",
+    "Table",
+    "TableArrays",
+    "job_counter_arrays",
+]
 
 log = logging.getLogger(__name__)
 
