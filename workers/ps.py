@@ -473,6 +473,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job", type=_registration, action="append", default=[])
     parser.add_argument("--switch", help="HOST:PORT, the switch's data address for --job jobs")
     parser.add_argument("--registered-only", action="store_true", help="drop unknown jobs")
+    parser.add_argument(
+        "--datapath",
+        choices=("engine", "python"),
+        help="burst or per-datagram I/O (default: INASCHED_DATAPATH, else engine)",
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
@@ -487,6 +492,7 @@ def main(argv: list[str] | None = None) -> int:
             idle_timeout_s=args.idle_timeout,
             max_results=args.max_results,
             learn_jobs=not args.registered_only,
+            datapath=args.datapath,
         )
     except OSError as exc:
         log.error("cannot bind %s:%d: %s", args.host, args.port, exc)

@@ -148,6 +148,11 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds to wait while the job is queued for switch memory (default: no limit)",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--datapath",
+        choices=("engine", "python"),
+        help="burst or per-datagram I/O (default: INASCHED_DATAPATH, else engine)",
+    )
     parser.add_argument("--log-level", default="WARNING")
     return parser
 
@@ -199,7 +204,12 @@ def _run(args: argparse.Namespace) -> int:
     grad_bytes, compute_s = cost if cost else (join_info.gradient_bytes, 0.0)
     size = max(1, int(grad_bytes * args.scale) // 4)
     compute_s *= args.compute_scale
-    client = AllreduceClient(join_info, sock=sock, options=ClientOptions(timeout_s=args.timeout))
+    client = AllreduceClient(
+        join_info,
+        sock=sock,
+        options=ClientOptions(timeout_s=args.timeout),
+        datapath=args.datapath,
+    )
     reporter = Reporter(args.service, join_info, args.token, client.close) if args.service else None
     rng = np.random.default_rng(args.seed + join_info.worker_id)
     # One random gradient, rescaled per iteration: generating fresh noise of a large model's
