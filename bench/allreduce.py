@@ -1,70 +1,57 @@
-"""Allreduce goodput: inasched through the soft switch vs torch.distributed gloo, same run.
+"""Allreduce goodput: inasched on both data paths vs torch.distributed gloo, same run.
 
-    python -m bench.allreduce [--json FILE] [--quick] [--policy esa] [--lanes 256]
+    python -m bench.allreduce [--json FILE] [--quick] [--full] [--policies esa,static]
+                              [--datapaths engine,python] [--sizes 4,64] [--workers 2,4]
+                              [--lanes 256] [--reps 3]
 
-For 4 MB and 64 MB float32 tensors with 2 and 4 workers (``--quick``: 4 MB, 2 workers, one
-repetition), each worker is a process: inasched workers allreduce through an in-process soft
-switch (esa by default, so sums return straight from the switch) with a PS beside it; gloo
-workers allreduce over loopback TCP. Goodput is tensor MB / seconds per allreduce, per worker
-(the slowest worker's time; the median over repetitions). The JSON holds, per case,
-``size_mb``, ``workers``, ``inasched_MBps``, ``gloo_MBps`` and ``ratio`` (inasched / gloo).
+For 4 MB and 64 MB float32 tensors, 2 and 4 workers, and each policy: inasched through an
+in-process soft switch with a PS in a process beside it, once per data path (``engine``, the
+compiled path, and ``python``: the switch's ``datapath`` and ``INASCHED_DATAPATH`` in the PS
+and worker processes), and gloo over loopback TCP (once per size and worker count: it has no
+policy). Every worker is a process. Goodput is tensor MB / seconds per allreduce, per worker
+(the slowest worker's time, the median over repetitions). Every result of every repetition
+is checked against ``workers.quant.error_bound`` (exact float64 sum of all workers' inputs)
+and for being the same on every worker; a case outside the bound is flagged and the command
+exits with status 1.
 
-Where the time went before (2-core machine shared with other jobs, load average 5-7; 256
-lanes, so one packet carries 1 KiB of gradient): switch ~22 us per packet pass (enum
-arithmetic ~20% of it), worker quantize ~10 us + build/encode ~14 us + decode/dequantize ~33 us
-per fragment. But sampling every thread's CPU time (``/proc/<pid>/task``) showed the switch
-thread busy only ~35% and each worker ~30% of the wall time, with the machine far from
-saturated: the allreduce was stalling, not computing. Two stalls, both in the client:
+The Python data path moves 3-9 MB/s (a 64 MB allreduce takes 7-21 s there), so it runs one
+repetition per case unless ``--full``; the output says so. The default run took 4 minutes.
+``--quick``: the first size and worker count only (4 MB, 2 workers), one repetition;
+``--sizes`` and ``--workers`` choose others.
 
-- A whole first window resent on timeout. `Transfer.activate` quantized the entire tensor in
-  the I/O thread before the first send, with the send timestamp taken *before* it; a worker
-  whose peer was still quantizing (or descheduled) saw no result within the 200 ms minimum
-  timeout and resent all W fragments, flushing every partial sum to the PS (static: 33-64
-  timeout resends per 16 MB allreduce, all in the first window, with no datagram lost).
-- A fast retransmit that never fired when the window was stuck behind the lost fragment: it
-  was only checked when a result arrived, and none arrives once the window is blocked, so
-  esa's collision bypasses (hashed placement: a fragment meets its own job's in-flight
-  fragment) waited out the timeout (8-52 timeout resends per 16 MB).
+``--json`` writes ``{"cases": [...], "cpus", "notes"}``, one case per (size, workers,
+policy, data path): ``size_mb``, ``workers``, ``policy``, ``datapath``, ``client_datapath``
+(what the workers' clients ran), ``lanes``, ``window``, ``reps``,
+``inasched_s``, ``gloo_s``, ``inasched_MBps``, ``gloo_MBps``, ``ratio`` (inasched / gloo),
+``inasched_runs_s`` (every repetition), ``within_bound``, ``worst_error`` (largest
+``|error| / bound`` over the tensor) and ``identical`` (every worker saw the same sum).
 
-Now: datagrams are built a chunk of 256 fragments at a time just before they are sent (one
-`quantize` call, headers stamped through ``protocol.HEADER_DTYPE``, lanes written in wire
-order), so the first leaves within a millisecond; they are sent from that buffer as
-memoryviews; results are ``recv_into`` one buffer, their header checked with one
-``unpack_from`` and their lanes copied (no `Packet`, no byte swap) into an array that
-`Transfer.finish` dequantizes in one pass; the send time is stamped after the send; fast
-retransmit runs on every turn of the I/O loop with the ``select`` timeout bounded by its next
-deadline; and, as in TCP, while nothing at all has come back since a fragment was sent only
-the oldest fragment is resent on timeout (fragments that saw later results come back are
-resent at once, so heavy loss recovers faster than before: the 10%/20% loss variants of
-``tests/workers/test_allreduce.py`` take 62 s instead of 106 s). Static runs now have no
-resends at all; esa keeps ~50-60 fast resends per 16 MB (the collisions themselves are the
-placement's). The switch side is described in ``bench.dataplane``; the PS no longer builds an
-enum per flag test.
+Figures, 2026-12-04, ``python -m bench.allreduce`` (3 min 39 s) on the 2-core VM while other
+engineers' tests ran (load average 2.9-4.5), k=256, window 64, MB/s per worker:
 
-Figures, same command back to back, before -> after (``python -m bench.allreduce --quick``:
-esa, 4 MB, 2 workers, k=256): at load average 6-7.6, 2.73-2.87 -> 4.53-5.89 MB/s per worker;
-with another job holding one core at 100% (load ~2.5), 2.04-2.05 -> 3.29-3.38 (gloo 230-470
-MB/s in the same runs). 16 MB, 2 workers, 2 repetitions (scratch harness around
-`run_inasched`, load ~3): esa 2.4 -> 3.3-4.6 MB/s, static 3.4 -> 4.9-5.4 MB/s. Full run
-(``python -m bench.allreduce``, load 5.7-7.4), MB/s per worker (gloo): 4 MB x 2 workers 4.00
-(439), 4 MB x 4 2.31 (195), 64 MB x 2 5.34 (602), 64 MB x 4 2.53 (239): ratio 0.9-1.2%
-(0.5% before).
+    size  workers  esa engine  static engine  esa python  static python   gloo
+    4 MB     2         33.1         65.5          5.8          9.6        926
+    4 MB     4         19.0         26.4          3.6          4.7        278
+    64 MB    2         37.9         51.0          4.7         11.1       1100
+    64 MB    4         20.5         23.5          3.0          3.9        365
 
-Where the time goes now (16 MB esa, per-thread CPU): the switch thread ~45% busy, each
-worker's I/O thread ~30%, the PS ~15%, and other jobs the rest of the two cores. The Python
-work per fragment is small (worker ~10 us, switch ~10 us per pass); what dominates is the
-kernel: per fragment of an n-worker esa job the switch makes n ``recvfrom`` and n+1
-``sendto`` (the PS copy is the protocol's), each worker one ``sendto``, one receive and a
-``select`` per 1-2 results, and on loopback every ``sendto`` also runs the receiver's side of
-the stack and wakes a sleeping process (5-50 us each on this VM). Python has no
-``sendmmsg``/``recvmmsg``, so batching would need a C extension; gloo moves the same bytes with
-a C++ ring over TCP at memory speed, so the ratio measures one-datagram-per-syscall Python
-processes, not the protocol (a hardware pipeline pass is well under 1 us).
+The engine path is 4.6-8.0x the Python one and 0.03-0.10x gloo; every result within the
+bound, the same on every worker. Where the time goes (``perf`` per thread and ``py-spy``,
+64 MB): with esa and 2 workers the PS thread is the busiest, ~70% of a core in Python per
+datagram (`protocol.decode`, ``JobLedger.accept``/``_completed``/``_forget``), each worker's
+I/O thread ~35% and the switch thread ~25%; with static and 4 workers the four I/O threads
+take ~30% of a core each and the switch ~25%, so the two cores are full; a worker's I/O
+thread waits in ``select`` ~40% of its samples and spends 10-17% in `Burst.send`. A scratch
+run with window 256-1,024 moved ~1.2-1.5x more (64 MB, 2 workers), within the noise.
+
+Before: esa on the one (Python) data path, 2.3-5.3 MB/s per worker against 195-602 MB/s for
+gloo, 0.9-1.2% of gloo.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import multiprocessing as mp
@@ -72,20 +59,46 @@ import os
 import socket
 import statistics
 import time
+from dataclasses import dataclass
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-__all__ = ["main"]
+from bench.dataplane import datapath_env
+
+__all__ = ["Timing", "check_result", "main", "run_gloo", "run_inasched"]
 
 log = logging.getLogger(__name__)
 
 MB = 1_000_000
 POOL = 4096
+# Fragments in flight per worker, as in the figures before the compiled data path (a scratch
+# run on 2026-12-04, 64 MB, 2 workers: 256-1,024 moved ~1.2-1.5x more, within the noise).
 WINDOW = 64
+SIZES_MB = (4, 64)
+WORKERS = (2, 4)
+DATAPATHS = ("engine", "python")
+# The Python data path's 3-9 MB/s: more repetitions of its 64 MB cases take minutes.
+PYTHON_REPS = 1
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per allreduce (the slowest worker per repetition) and what the checks found."""
+
+    runs_s: list[float]
+    within_bound: bool
+    worst_error: float  # largest |result - exact| / bound over every element and repetition
+    identical: bool
+    datapath: str  # the workers' data path as their clients report it
+
+    @property
+    def median_s(self) -> float:
+        return float(statistics.median(self.runs_s))
 
 
 def _free_tcp_port() -> int:
@@ -113,24 +126,62 @@ def _wait_bound(address: tuple[str, int], timeout_s: float = 60.0) -> None:
     raise TimeoutError(f"nothing bound {address} within {timeout_s} s")
 
 
+def _inputs(worker: int, size: int) -> npt.NDArray[np.float32]:
+    return np.random.default_rng(worker).uniform(-1, 1, size).astype(np.float32)
+
+
+def check_result(
+    result: npt.NDArray[np.float32],
+    exact: npt.NDArray[np.float64],
+    abs_total: npt.NDArray[np.float64],
+    fan_in: int,
+    exponents: npt.NDArray[np.int8],
+    lanes: int,
+) -> float:
+    """Largest ``|result - exact| / error_bound`` (at most 1 when within the bound), with
+    `exponents` one per fragment of `lanes` lanes."""
+    from workers.quant import error_bound
+
+    per_element = np.repeat(exponents.astype(np.int64), lanes)[: result.size]
+    bound = error_bound(exact, abs_total, fan_in, per_element)
+    return float((np.abs(result.astype(np.float64) - exact) / bound).max())
+
+
 def _ina_worker(
     body: dict[str, Any], size: int, reps: int, ports: Queue[Any], go: Barrier, times: Queue[Any]
 ) -> None:
     from workers.client import AllreduceClient, ClientOptions
+    from workers.quant import DEFAULT_EXPONENT, next_exponents
     from workers.rendezvous import parse_join
 
-    x = np.random.default_rng(body["worker_id"]).uniform(-1, 1, size).astype(np.float32)
+    n, lanes = body["fan_in"], body["lanes"]
+    x = _inputs(body["worker_id"], size)
+    everyone = [_inputs(w, size).astype(np.float64) for w in range(n)]
+    exact = np.sum(everyone, axis=0)
+    abs_total = np.sum(np.abs(everyone), axis=0)
+    del everyone
+    spent, results = [], []
     with AllreduceClient(parse_join(body), options=ClientOptions(timeout_s=60.0)) as client:
         ports.put((body["worker_id"], client.endpoint))
         go.wait()
         client.allreduce(x[:4096], key="warmup")
-        spent = []
         for _ in range(reps):
             go.wait()
             start = time.perf_counter()
-            client.allreduce(x, key="tensor")
+            results.append(client.allreduce(x, key="tensor"))
             spent.append(time.perf_counter() - start)
-    times.put(spent)
+        datapath = str(getattr(client, "datapath", "python"))
+        # Checked once every worker has its last result: on 2 cores a check beside another
+        # worker's allreduce would slow that one down.
+        go.wait()
+    worst, digests = 0.0, []
+    exponents = np.full(-(-size // lanes), DEFAULT_EXPONENT, np.int8)
+    for got in results:
+        worst = max(worst, check_result(got, exact, abs_total, n, exponents, lanes))
+        digests.append(hashlib.blake2b(got.tobytes(), digest_size=16).hexdigest())
+        # The client's next allreduce of this tensor took its exponents from this sum.
+        exponents = next_exponents(np.pad(got, (0, -size % lanes)).reshape(-1, lanes), exponents)
+    times.put((spent, worst, digests, datapath))
 
 
 def _gloo_worker(rank: int, world: int, port: int, size: int, reps: int, times: Queue[Any]) -> None:
@@ -141,7 +192,7 @@ def _gloo_worker(rank: int, world: int, port: int, size: int, reps: int, times: 
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
-    x = torch.from_numpy(np.random.default_rng(rank).uniform(-1, 1, size).astype(np.float32))
+    x = torch.from_numpy(_inputs(rank, size))
     dist.all_reduce(x[:4096].clone())
     spent = []
     for _ in range(reps):
@@ -154,16 +205,25 @@ def _gloo_worker(rank: int, world: int, port: int, size: int, reps: int, times: 
     dist.destroy_process_group()
 
 
-def _collect(procs: list[Any], times: Queue[Any], n: int) -> float:
-    per_worker = [times.get(timeout=600) for _ in range(n)]
+def _slowest(per_worker: list[list[float]], procs: list[Any]) -> list[float]:
     for p in procs:
         p.join(timeout=60)
-    slowest = [max(rep) for rep in zip(*per_worker, strict=True)]
-    return float(statistics.median(slowest))
+    return [max(rep) for rep in zip(*per_worker, strict=True)]
 
 
-def run_inasched(n: int, size: int, reps: int, policy: str, lanes: int) -> float:
-    """Seconds per allreduce of `size` floats over `n` worker processes through the switch."""
+def run_inasched(
+    n: int, size: int, reps: int, policy: str, lanes: int, datapath: str, window: int = WINDOW
+) -> Timing:
+    """Allreduces of `size` floats over `n` worker processes through the switch on `datapath`
+    (the switch's, and ``INASCHED_DATAPATH`` in the PS and the workers), `window` fragments
+    in flight per worker."""
+    with datapath_env(datapath):
+        return _run_inasched(n, size, reps, policy, lanes, datapath, window)
+
+
+def _run_inasched(
+    n: int, size: int, reps: int, policy: str, lanes: int, datapath: str, window: int
+) -> Timing:
     from p4ctl.backend import Endpoint, JobInstall
     from p4ctl.client import SwitchClient
     from p4ctl.protocol import Policy
@@ -173,13 +233,13 @@ def run_inasched(n: int, size: int, reps: int, policy: str, lanes: int) -> float
 
     ctx = mp.get_context("spawn")
     pol = Policy.parse(policy)
-    with SoftSwitch(aggregators=POOL, lanes=lanes) as switch:
+    with SoftSwitch(aggregators=POOL, lanes=lanes, datapath=datapath) as switch:
         control = SwitchClient(switch.p4runtime_address, aggregators=POOL, lanes=lanes)
         host, port = switch.data_address
         # The PS in its own process, as `inasched ps` runs: in the switch's process it would
         # share the switch's interpreter lock.
         ps_address = ("127.0.0.1", _free_udp_port())
-        ps_args = ["--port", str(ps_address[1]), "--job", f"1:{n}:{policy}:{WINDOW}"]
+        ps_args = ["--port", str(ps_address[1]), "--job", f"1:{n}:{policy}:{window}"]
         ps_args += ["--switch", f"{host}:{port}", "--log-level", "WARNING"]
         ps = ctx.Process(target=ps_main, args=(ps_args,))
         ps.start()
@@ -204,7 +264,7 @@ def run_inasched(n: int, size: int, reps: int, policy: str, lanes: int) -> float
                     "switch": {"host": host, "port": port},
                     "ps": {"host": ps_address[0], "port": ps_address[1]},
                     "lanes": lanes,
-                    "window": WINDOW,
+                    "window": window,
                     "placement": placement,
                 }
                 proc = ctx.Process(target=_ina_worker, args=(body, size, reps, ports, go, times))
@@ -213,17 +273,26 @@ def run_inasched(n: int, size: int, reps: int, policy: str, lanes: int) -> float
             for _ in range(n):
                 wid, endpoint = ports.get(timeout=120)
                 control.add_worker(1, wid, Endpoint(*endpoint))
-            for _ in range(reps + 1):
+            for _ in range(reps + 2):  # the warm-up, each repetition, the checks
                 go.wait()
-            return _collect(procs, times, n)
+            results = [times.get(timeout=600) for _ in range(n)]
+            worst = max(r[1] for r in results)
+            return Timing(
+                runs_s=_slowest([r[0] for r in results], procs),
+                within_bound=worst <= 1.0,
+                worst_error=worst,
+                identical=all(r[2] == results[0][2] for r in results),
+                datapath=",".join(sorted({r[3] for r in results})),
+            )
         finally:
             control.close()
             ps.terminate()
             ps.join(timeout=30)
 
 
-def run_gloo(n: int, size: int, reps: int) -> float:
-    """Seconds per gloo allreduce of `size` floats over `n` processes on loopback."""
+def run_gloo(n: int, size: int, reps: int) -> list[float]:
+    """Seconds per gloo allreduce of `size` floats over `n` processes on loopback, per
+    repetition (the slowest worker)."""
     ctx = mp.get_context("spawn")
     times = ctx.Queue()
     port = _free_tcp_port()
@@ -232,59 +301,125 @@ def run_gloo(n: int, size: int, reps: int) -> float:
     ]
     for p in procs:
         p.start()
-    return _collect(procs, times, n)
+    return _slowest([times.get(timeout=600) for _ in range(n)], procs)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the cases, print the table, write `--json`; returns the exit status."""
+    """Run the cases, print the table, write `--json`; 1 when a result broke the bound."""
     parser = argparse.ArgumentParser(
         prog="python -m bench.allreduce", description=__doc__.split("\n")[0] if __doc__ else None
     )
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--quick", action="store_true", help="4 MB, 2 workers, 1 repetition")
-    parser.add_argument("--policy", default="esa", choices=["static", "atp", "esa"])
+    parser.add_argument("--full", action="store_true", help="--reps on the Python path too")
+    parser.add_argument("--policies", default="esa,static", help="comma-separated")
+    parser.add_argument("--datapaths", default=",".join(DATAPATHS), help="comma-separated")
     parser.add_argument("--lanes", type=int, default=256, choices=[64, 128, 256])
-    parser.add_argument("--reps", type=int, default=3, help="repetitions per case")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions per case (engine)")
+    parser.add_argument("--window", type=int, default=WINDOW, help="fragments in flight")
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES_MB)), help="MB, e.g. 4,64")
+    parser.add_argument("--workers", default=",".join(map(str, WORKERS)), help="e.g. 2,4")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    cases = [(4, 2)] if args.quick else [(4, 2), (4, 4), (64, 2), (64, 4)]
-    rows = []
+    policies = [p for p in args.policies.split(",") if p]
+    datapaths = [d for d in args.datapaths.split(",") if d]
+    unknown = set(datapaths) - set(DATAPATHS)
+    if unknown:
+        parser.error(f"unknown data path(s) {sorted(unknown)}: expected {', '.join(DATAPATHS)}")
+    sizes = [float(x) for x in args.sizes.split(",") if x]
+    workers = [int(x) for x in args.workers.split(",") if x]
+    cases = [(sizes[0], workers[0])] if args.quick else [(s, n) for s in sizes for n in workers]
+    reps = 1 if args.quick else args.reps
+    notes = []
+    python_reps = reps if args.full else min(reps, PYTHON_REPS)
+    if "python" in datapaths and python_reps < reps:
+        notes.append(f"python data path: {python_reps} repetition per case; --full runs {reps}")
+        print(notes[-1], flush=True)
+    rows: list[dict[str, Any]] = []
+    print(_header(), flush=True)
     for size_mb, n in cases:
-        size = size_mb * MB // 4
-        reps = 1 if args.quick or size_mb >= 64 else args.reps
-        ina = run_inasched(n, size, reps, args.policy, args.lanes)
-        gloo = run_gloo(n, size, reps)
-        rows.append(
-            {
-                "size_mb": size_mb,
-                "workers": n,
-                "policy": args.policy,
-                "lanes": args.lanes,
-                "inasched_s": ina,
-                "gloo_s": gloo,
-                "inasched_MBps": size_mb / ina,
-                "gloo_MBps": size_mb / gloo,
-                "ratio": (size_mb / ina) / (size_mb / gloo),
-            }
-        )
-        print(_table(rows[-1:], header=len(rows) == 1), flush=True)  # noqa: T201 (CLI table)
+        size = int(size_mb * MB) // 4
+        gloo_runs = run_gloo(n, size, reps)
+        gloo = float(statistics.median(gloo_runs))
+        for policy in policies:
+            for datapath in datapaths:
+                runs = python_reps if datapath == "python" else reps
+                timing = run_inasched(n, size, runs, policy, args.lanes, datapath, args.window)
+                setting = (size_mb, n, policy, datapath, args.lanes, args.window)
+                rows.append(_case(*setting, timing, gloo))
+                print(_line(rows[-1]), flush=True)
+    print(_ratios(rows), flush=True)
     if args.json:
-        args.json.write_text(json.dumps({"cases": rows, "cpus": os.cpu_count()}, indent=2))
-    return 0
+        document = {"cases": rows, "cpus": os.cpu_count(), "notes": notes}
+        args.json.write_text(json.dumps(document, indent=2))
+    broken = [r for r in rows if not (r["within_bound"] and r["identical"])]
+    for r in broken:
+        log.error("outside the error bound or not the same on every worker: %s", r)
+    return 1 if broken else 0
 
 
-def _table(rows: list[dict[str, Any]], header: bool) -> str:
+def _case(
+    size_mb: float,
+    n: int,
+    policy: str,
+    datapath: str,
+    lanes: int,
+    window: int,
+    timing: Timing,
+    gloo_s: float,
+) -> dict[str, Any]:
+    ina_s = timing.median_s
+    return {
+        "size_mb": size_mb,
+        "workers": n,
+        "policy": policy,
+        "datapath": datapath,
+        "client_datapath": timing.datapath,
+        "lanes": lanes,
+        "window": window,
+        "reps": len(timing.runs_s),
+        "inasched_s": ina_s,
+        "gloo_s": gloo_s,
+        "inasched_MBps": size_mb / ina_s,
+        "gloo_MBps": size_mb / gloo_s,
+        "ratio": gloo_s / ina_s,
+        "inasched_runs_s": timing.runs_s,
+        "within_bound": timing.within_bound,
+        "worst_error": timing.worst_error,
+        "identical": timing.identical,
+    }
+
+
+def _header() -> str:
+    return (
+        f"{'size':>5} {'wrk':>3} {'policy':>6} {'datapath':>8} {'reps':>4} "
+        f"{'inasched MB/s [min-max]':>25} {'gloo MB/s':>9} {'/gloo':>6} {'err/bound':>9} "
+        f"{'same':>4}"
+    )
+
+
+def _line(r: dict[str, Any]) -> str:
+    fastest, slowest = min(r["inasched_runs_s"]), max(r["inasched_runs_s"])
+    spread = f"[{r['size_mb'] / slowest:.1f}-{r['size_mb'] / fastest:.1f}]"
+    return (
+        f"{r['size_mb']:>3g}MB {r['workers']:>3} {r['policy']:>6} {r['datapath']:>8} "
+        f"{r['reps']:>4} {r['inasched_MBps']:>10.1f} {spread:>14} {r['gloo_MBps']:>9.1f} "
+        f"{r['ratio']:>6.3f} {r['worst_error']:>9.3f} {'yes' if r['identical'] else 'NO':>4}"
+    )
+
+
+def _ratios(rows: list[dict[str, Any]]) -> str:
+    """engine / python goodput wherever both ran."""
+    by = {(r["size_mb"], r["workers"], r["policy"], r["datapath"]): r for r in rows}
     lines = []
-    if header:
-        lines.append(
-            f"{'size':>6} {'workers':>7} {'inasched MB/s':>14} {'gloo MB/s':>10} {'ratio':>7}"
-        )
-    for r in rows:
-        lines.append(
-            f"{r['size_mb']:>4}MB {r['workers']:>7} {r['inasched_MBps']:>14.2f} "
-            f"{r['gloo_MBps']:>10.1f} {r['ratio']:>7.4f}"
-        )
+    for (size_mb, n, policy, datapath), r in by.items():
+        python = by.get((size_mb, n, policy, "python"))
+        if datapath == "engine" and python is not None:
+            lines.append(
+                f"engine/python, {size_mb} MB, {n} workers, {policy}: "
+                f"{r['inasched_MBps'] / python['inasched_MBps']:.1f}x"
+            )
     return "\n".join(lines)
 
 

@@ -1,180 +1,250 @@
-"""Data-plane throughput of the soft switch against a plain UDP echo server.
+"""Data-plane throughput of the soft switch, both data paths, against two UDP echo servers.
 
-    python -m bench.dataplane [--quick] [--json FILE]
+    python -m bench.dataplane [--quick] [--repeats 3] [--json FILE] [--profile]
+                              [--lanes 64,256] [--senders 2,4,8]
 
-For k in (64, 256) and 2, 4, 8 sending processes on loopback: one static job of fan-in n
-(SwitchML's flow: a window of W fragments per worker, slot ``seq mod W``, each slot's result
-multicast back to the n workers), so every fragment in gets on average one datagram out, as with
-an echo server. The echo server (one process, ``recvfrom``/``sendto``) sees the same datagrams
-from the same senders in the same run. Also the per-packet cost of `Pipeline.handle` alone on
-one core (no sockets). Prints a table with ratios; ``--json`` writes one record per case:
-``{"lanes", "senders", "agg_fps", "echo_fps", "agg_mbps", "echo_mbps", "ratio"}``.
+For k in (64, 256) and 2, 4, 8 sending processes on loopback, four peers in one run:
 
-Profile (``--profile``: cProfile of `Pipeline.handle` at k=256, a static job of fan-in 4, on
-the 2-core development VM):
+- the soft switch on the compiled data path (``datapath="engine"``: bursts in with
+  ``recvmmsg`` and UDP GRO, the C packet pass, bursts out with ``sendmmsg`` and UDP GSO);
+- the soft switch on the Python data path (``recvfrom``, `Pipeline.handle`, ``sendto``);
+- a compiled GSO/GRO echo: `p4ctl.engine.Burst` receives a burst and sends every datagram
+  back to its source, the engine switch's I/O without the packet pass (the loopback's limit
+  for a burst server);
+- a Python echo: one ``recvfrom``/``sendto`` per datagram (the Python switch's I/O).
 
-- First version, 12,500 fragments/s: `protocol.decode` was a third of the pass, most of it
-  five `enum.__call__` per packet (``Kind(kind)``, ``Flag(flags)`` and the flag tests), and the
-  per-outcome counter loop looked names up in two dicts per packet.
-- Second version, 37,000-39,000 fragments/s on a quiet VM: the pipeline parsed the header
-  itself with table lookups; ``IntFlag.__and__``/``__or__`` in the rule's flag tests (~1.5 us
-  each, several per pass), ``Packet.replace`` (a dict of every slot), enum attribute lookups
-  and `encode` of every output (one byte swap per replica group) remained.
-- Now: the rule tests flags as plain ints and reads enum members from module constants,
-  shares its output-less verdicts, builds a result packet once (no ``replace``); the pipeline
-  keys counter cells by outcome value (hashing an Enum member runs Python code), forwards a
-  bypassed packet's received lane bytes with a new header, and byte-swaps esa's sum once for
-  the multicast and the PS copy. What remains, by own time: `handle` ~20%, header parse and
-  lane byte swap ~22%, `rule._static`/`_on_partial`/`_add`/`check`/`_claim`/`_held` ~36%,
-  dict lookups and dataclass construction the rest; no enum machinery at all.
+The workload is SwitchML's flow: one static job of fan-in n, a window of W fragments per
+sender in slot ``seq mod W`` of a partition of W slots x 2 copies, each slot's result
+multicast back to the n senders, so every fragment in gets on average one datagram out, as
+with an echo. Senders must not be the bottleneck: each keeps W fragments outstanding, sends
+with GSO (`Burst.send`) and receives with GRO (`Burst.recv`), and sends one new fragment per
+result (a few numpy calls per burst, no Python work per datagram). A figure is all senders'
+fragments over the wall time from the first sender's start to the last one's end; MB/s counts
+gradient payload (4 bytes per lane). Beside it, the server process's CPU microseconds per
+fragment over the run (``us/fr``; ``/proc``, 10 ms ticks): on the 2-core machine the senders
+take a core too, so ``1e6 / us/fr`` is what the server would carry on one core of its own.
+Every case runs `--repeats` times, the four peers interleaved, and the table shows the median
+and the min-max spread. The Python peers run fewer fragments and a smaller window (`LOADS`)
+so that the full run stays within ~5 minutes.
 
-Figures, same commands back to back on the same VM (load average 4-7 from other work, so
-single runs vary by +-30%): ``python -m bench.dataplane --quick``, before -> after:
+Also the packet pass alone on one core, no sockets: `Pipeline.handle_burst` (engine) over
+pre-built bursts of 1,024 rows, and `Pipeline.handle` (Python) per datagram; ``--profile``
+prints the cProfile of the Python one.
 
-- `Pipeline.handle` alone, one core: k=64 33,000-34,000 -> 64,000-73,000 fragments/s;
-  k=256 32,000-40,000 -> 70,000-71,000 (100,000-125,000 at load ~2).
-- Through sockets, 2-8 senders: 9,400-15,900 -> 12,700-30,700 fragments/s; echo/agg
-  1.5-2.7 -> 0.8-2.2 (mostly 1.2-1.6). The echo server itself does only 18,000-36,000 per
-  second here: on this VM a loopback ``sendto`` costs 5-50 us (it runs the receiver's side of
-  the stack and wakes it), so the switch process now spends most of its time in ``recvfrom``
-  and one ``sendto`` per replica, and 50,000 fragments/s through sockets is out of reach of
-  any one-datagram-per-syscall Python server on this machine; with 8 senders on 2 cores the
-  senders take the CPU the switch thread needs.
-- Full run (``python -m bench.dataplane``, load 6.5-7.4): 14,600-19,200 fragments/s through
-  sockets, echo/agg 1.5-2.1; `Pipeline.handle` alone 70,000 (k=64) and 109,000 (k=256).
+``--json`` writes ``{"records": [...], "pipeline_fps": [...]}``: one record per (k, senders,
+data path) with ``lanes``, ``senders``, ``datapath`` ("engine": the engine switch and the
+compiled echo; "python": the Python switch and the Python echo), ``agg_fps`` and ``echo_fps``
+(medians), ``agg_runs`` and ``echo_runs`` (every repetition), ``agg_mbps``, ``echo_mbps``,
+``ratio`` (echo_fps / agg_fps), ``agg_cpu_us`` and ``echo_cpu_us`` (server CPU per fragment,
+median), ``fragments`` (per run, all senders) and ``window`` (per sender); and one
+``{"lanes", "datapath", "fps"}`` per pass-alone figure.
+
+Figures, 2026-12-04, ``python -m bench.dataplane`` on the 2-core VM while other engineers'
+tests ran (load average 3.4-3.8), medians of 3 [min-max]:
+
+- k=256: engine switch 386,000-510,000 fragments/s through sockets over 2-8 senders [364,000-
+  697,000], 395-523 MB/s of gradient, at 1.45-1.63 us of switch CPU per fragment (610,000-
+  690,000 per core of its own); compiled GSO/GRO echo 563,000-872,000 (0.68-0.70 us), echo /
+  switch 1.10-2.26; Python switch 11,500-18,900, Python echo 40,000-66,000; engine / Python
+  switch 23-44x. An earlier full run at load 2.4-4.2: engine 264,000-385,000, echo / switch
+  1.36-2.64.
+- k=64: engine switch 572,000-684,000 (0.78-1.00 us per fragment), echo 1.25-1.83 million,
+  echo / switch 2.2-2.7; Python switch 14,000-18,000; engine / Python 36-48x.
+- The pass alone, one core: engine 6.1 million fragments/s (k=64) and 2.7 million (k=256),
+  Python 58,000 and 51,000.
+
+The senders share the two cores with the switch, so the through-socket figure moves with the
+machine's load by +-30% between runs; the switch's CPU per fragment moves much less. Where
+the switch thread's CPU goes (``perf`` samples, k=256, 4 senders): kernel copies into and out
+of socket buffers ~27%, ``memmove`` of rows (GRO scratch to burst rows, the pass's output
+rows) ~10%, the C pass ~16%, the Python around it ~20% (the interpreter running
+`handle_burst`'s generator and `send_order`'s numpy calls, and ~6% in the cyclic garbage
+collector), the rest in the kernel's UDP path.
+
+Before the compiled data path (Python switch, per-datagram Python senders, window 16): 14,600-
+19,200 fragments/s through sockets, a Python echo 18,000-36,000; `Pipeline.handle` alone
+70,000 (k=64) and 109,000 (k=256).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
+import errno
 import io
 import json
 import logging
+import math
 import multiprocessing as mp
+import os
 import pstats
 import socket
+import statistics
+import struct
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from p4ctl.backend import Endpoint, InMemorySwitch, JobInstall
 from p4ctl.client import SwitchClient
-from p4ctl.protocol import HEADER_SIZE, Kind, Packet, Policy, encode
-from p4ctl.rule import static_index
+from p4ctl.dataplane import BURST_SLOTS
+from p4ctl.engine import DATAPATH_ENV, Burst, pack_address
+from p4ctl.protocol import HEADER_DTYPE, HEADER_SIZE, Kind, Packet, Policy, encode
+from p4ctl.rule import JobConfig, static_index
 from p4ctl.softswitch import SoftSwitch
+
+__all__ = ["Record", "datapath_env", "main", "measure_case", "pass_fps"]
 
 log = logging.getLogger(__name__)
 
-WINDOW = 16  # fragments in flight per sender: 8 senders x 16 x 1 KiB stays under rmem_max
+
+AGGREGATORS = 4096
 JOB = 1
+# The PS address of the benchmark's job: a static job with no loss never sends to it.
+NO_PS = Endpoint("127.0.0.1", 9)
+SENDER_COUNTS = (2, 4, 8)
+LANES = (64, 256)
+# Rows per receive burst of a sender: a window of results, whatever GRO merged.
+SENDER_SLOTS = 2048
+SOCKET_BUFFER = 8 << 20  # the kernel caps it at net.core.[rw]mem_max
 RECV_TIMEOUT_S = 5.0
+QUICK_DIVISOR = 8
+# The pass alone: a burst of BURST_SLOTS rows is 256 seqs of 4 workers, one seq per slot.
+PASS_WINDOW = 256
+_TICK = os.sysconf("SC_CLK_TCK")
+_SEQ = slice(HEADER_DTYPE.fields["seq"][1], HEADER_DTYPE.fields["seq"][1] + 4)
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One server the senders measure: a switch ("agg") or an echo, on one data path."""
+
+    role: str  # "agg" or "echo"
+    datapath: str  # "engine" or "python"
+    label: str
+
+
+@dataclass(frozen=True)
+class Load:
+    """What the senders send to one data path's peers in one run."""
+
+    fragments: int  # all senders together
+    window: int  # in flight per sender; the switch holds a static partition of 2 x window
+
+
+# The compiled peers do hundreds of thousands of fragments per second, the Python ones tens of
+# thousands: each run lasts about a second either way. Windows: a burst server needs bursts to
+# take (window 256 held the engine switch to ~450,000 fragments/s at k=256, 512 gives ~600,000),
+# and every window must fit the receive buffers (8 MiB): 8 x 512 x 1 KiB GRO-merged reaches
+# the engine switch, but a Python peer's socket holds segmented datagrams at ~2 KiB each, and
+# 4 x 1,024 of them overflowed it.
+LOADS = {"engine": Load(400_000, 512), "python": Load(32_000, 128)}
+
+
+PEERS = (
+    Peer("agg", "engine", "engine switch"),
+    Peer("echo", "engine", "GSO/GRO echo"),
+    Peer("agg", "python", "python switch"),
+    Peer("echo", "python", "python echo"),
+)
 
 
 @dataclass(frozen=True)
 class Record:
     lanes: int
     senders: int
-    agg_fps: float
+    datapath: str
+    agg_fps: float  # median over repetitions
     echo_fps: float
-    agg_mbps: float
+    agg_runs: list[float]
+    echo_runs: list[float]
+    agg_mbps: float  # gradient payload, 4 bytes per lane
     echo_mbps: float
-    ratio: float  # echo_fps / agg_fps: how many times slower aggregation is per packet
+    ratio: float  # echo_fps / agg_fps: how many times faster the echo of the same I/O is
+    # The server process's CPU per fragment (median): 1e6 / it is what one core of its own
+    # would carry, whatever the senders and other work took of the two cores.
+    agg_cpu_us: float
+    echo_cpu_us: float
+    fragments: int  # per run, all senders
+    window: int  # per sender
 
 
-def _fragments(worker: int, senders: int, lanes: int, count: int) -> list[bytes]:
-    """The datagrams worker `worker` sends: seq 0..count-1 in a partition of WINDOW slots."""
-    from p4ctl.rule import JobConfig
+# ------------------------------------------------------------------ fragments
 
-    cfg = JobConfig(JOB, Policy.STATIC, senders, part_base=0, part_size=WINDOW)
+
+def fragment_rows(worker: int, senders: int, lanes: int, window: int) -> npt.NDArray[np.uint8]:
+    """``(2 window, datagram)`` rows: worker `worker`'s fragment for every seq mod 2 window
+    (slot and copy repeat with that period); `stamp` writes the real seq before a row is sent."""
+    cfg = JobConfig(JOB, Policy.STATIC, senders, part_base=0, part_size=window)
     body = np.full(lanes, worker + 1, dtype=np.int32)
-    out = []
-    for seq in range(count):
+    rows = np.zeros((2 * window, HEADER_SIZE + 4 * lanes), np.uint8)
+    for seq in range(2 * window):
         index, shadow = static_index(cfg, seq)
-        out.append(
-            encode(
-                Packet(
-                    kind=Kind.GRADIENT,
-                    job=JOB,
-                    worker=worker,
-                    fan_in=senders,
-                    agg_index=index,
-                    shadow=shadow,
-                    seq=seq,
-                    bitmap=1 << worker,
-                    lanes=body,
-                )
-            )
+        packet = Packet(
+            kind=Kind.GRADIENT,
+            job=JOB,
+            worker=worker,
+            fan_in=senders,
+            agg_index=index,
+            shadow=shadow,
+            seq=seq,
+            bitmap=1 << worker,
+            lanes=body,
         )
-    return out
+        rows[seq] = np.frombuffer(encode(packet), np.uint8)
+    return rows
 
 
-def _sender(
-    worker: int,
-    senders: int,
-    lanes: int,
-    count: int,
-    target: tuple[str, int],
-    ready: mp.Queue,
-    start: Event,
-    done: mp.Queue,
-) -> None:
-    """Closed loop: keep WINDOW fragments outstanding; one reply frees one slot."""
-    packets = _fragments(worker, senders, lanes, count)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.settimeout(RECV_TIMEOUT_S)
-        ready.put((worker, sock.getsockname()))
-        start.wait()
-        began = time.perf_counter()
-        sent = received = 0
-        try:
-            while received < count:
-                while sent < count and sent - received < WINDOW:
-                    sock.sendto(packets[sent], target)
-                    sent += 1
-                sock.recv(4096)
-                received += 1
-        except TimeoutError:
-            done.put((began, time.perf_counter(), received, "timeout"))
-            return
-        done.put((began, time.perf_counter(), received, ""))
+def stamp(rows: npt.NDArray[np.uint8], first: int, count: int) -> npt.NDArray[np.int64]:
+    """Write seqs ``first..first+count`` into their rows; returns the rows' indices."""
+    seqs = np.arange(first, first + count, dtype=np.int64)
+    order = seqs % len(rows)
+    rows[order, _SEQ] = seqs.astype(">u4").view(np.uint8).reshape(-1, 4)
+    return order
 
 
-def _run_senders(
-    senders: int, lanes: int, count: int, target: tuple[str, int], register: object = None
-) -> float:
-    """Fragments per second through `target` with `senders` processes (spawned)."""
-    ctx = mp.get_context("spawn")
-    ready, done, start = ctx.Queue(), ctx.Queue(), ctx.Event()
-    procs = [
-        ctx.Process(target=_sender, args=(w, senders, lanes, count, target, ready, start, done))
-        for w in range(senders)
-    ]
-    for proc in procs:
-        proc.start()
-    addresses = [address for _, address in sorted(ready.get() for _ in procs)]
-    if callable(register):
-        register(addresses)
-    start.set()
-    results = [done.get() for _ in procs]
-    for proc in procs:
-        proc.join()
-    failed = [r for r in results if r[3]]
-    if failed:
-        raise RuntimeError(f"{len(failed)} senders timed out (datagrams lost?)")
-    elapsed = max(r[1] for r in results) - min(r[0] for r in results)
-    return senders * count / elapsed
+# ------------------------------------------------------------------ sockets
 
 
-def _echo_server(conn: Connection, stop: Event) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-        sock.bind(("127.0.0.1", 0))
+def _udp_socket(timeout_s: float | None = None) -> socket.socket:
+    """A blocking loopback UDP socket with large buffers; `timeout_s` bounds a blocking
+    receive in the kernel (SO_RCVTIMEO), so a burst receive fails with EAGAIN after it."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+        sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+    if timeout_s is not None:
+        seconds = int(timeout_s)
+        timeval = struct.pack("ll", seconds, int((timeout_s - seconds) * 1e6))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+def _idle(exc: OSError) -> bool:
+    """A receive that timed out, or the ICMP error of an earlier send: not a failure."""
+    return exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.ECONNREFUSED)
+
+
+# ------------------------------------------------------------------ servers
+
+
+def _switch_server(conn: Connection, stop: Event, lanes: int, datapath: str) -> None:
+    logging.basicConfig(level=logging.WARNING)
+    with SoftSwitch(aggregators=AGGREGATORS, lanes=lanes, datapath=datapath) as switch:
+        conn.send((switch.data_address, switch.p4runtime_address))
+        stop.wait()
+
+
+def _python_echo_server(conn: Connection, stop: Event, lanes: int) -> None:
+    with _udp_socket() as sock:
         sock.settimeout(0.5)
-        conn.send(sock.getsockname())
+        conn.send((sock.getsockname(), None))
         while not stop.is_set():
             try:
                 data, source = sock.recvfrom(65535)
@@ -183,68 +253,312 @@ def _echo_server(conn: Connection, stop: Event) -> None:
             sock.sendto(data, source)
 
 
-def _switch_server(conn: Connection, stop: Event, lanes: int) -> None:
-    with SoftSwitch(aggregators=4096, lanes=lanes) as switch:
-        conn.send((switch.data_address, switch.p4runtime_address))
-        stop.wait()
+def _burst_echo_server(conn: Connection, stop: Event, lanes: int) -> None:
+    """Every datagram back to its source, a burst at a time: the engine switch's I/O (same
+    burst size, GRO in, GSO out) without its packet pass. GRO keeps a source's datagrams
+    together, so they leave in runs of one destination with no reordering."""
+    with _udp_socket(timeout_s=0.5) as sock:
+        burst = Burst(BURST_SLOTS, HEADER_SIZE + 4 * lanes)
+        burst.enable_gro(sock)
+        conn.send((sock.getsockname(), None))
+        while not stop.is_set():
+            try:
+                count, _ = burst.recv(sock, wait=True)
+            except OSError as exc:
+                if _idle(exc):
+                    continue
+                raise
+            burst.send(sock, burst.rows, burst.sizes, burst.addrs, count)
 
 
-def measure(lanes: int, senders: int, count: int) -> Record:
+def _server_for(peer: Peer) -> tuple[Callable[..., None], tuple[Any, ...]]:
+    if peer.role == "agg":
+        return _switch_server, (peer.datapath,)
+    return {"engine": _burst_echo_server, "python": _python_echo_server}[peer.datapath], ()
+
+
+@dataclass(frozen=True)
+class Served:
+    """Where a running peer listens, and the P4Runtime client of a switch (None for an echo)."""
+
+    data: tuple[str, int]
+    control: SwitchClient | None
+    pid: int
+
+
+@contextlib.contextmanager
+def _servers(lanes: int) -> Iterator[dict[Peer, Served]]:
+    """Every peer serving `lanes` lanes in a process of its own (a switch with its control
+    client connected once: setting the pipeline takes seconds)."""
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
-    parent, child = ctx.Pipe()
-    echo = ctx.Process(target=_echo_server, args=(child, stop))
-    echo.start()
-    echo_address = parent.recv()
-    echo_fps = _run_senders(senders, lanes, count, echo_address)
-    stop.set()
-    echo.join()
-
-    stop = ctx.Event()
-    parent, child = ctx.Pipe()
-    server = ctx.Process(target=_switch_server, args=(child, stop, lanes))
-    server.start()
-    data_address, p4rt_address = parent.recv()
-    client = SwitchClient(p4rt_address, aggregators=4096, lanes=lanes)
-
-    def register(addresses: list[tuple[str, int]]) -> None:
-        client.install_job(
-            JobInstall(JOB, Policy.STATIC, senders, 0, WINDOW, ps=Endpoint("127.0.0.1", 9))
-        )
-        for worker, (host, port) in enumerate(addresses):
-            client.add_worker(JOB, worker, Endpoint(host, port))
-
+    procs, served = [], {}
     try:
-        agg_fps = _run_senders(senders, lanes, count, data_address, register)
-    except RuntimeError:
-        log.error("switch counters: %s", client.counters())
-        raise
+        for peer in PEERS:
+            parent, child = ctx.Pipe()
+            target, extra = _server_for(peer)
+            proc = ctx.Process(target=target, args=(child, stop, lanes, *extra), daemon=True)
+            proc.start()
+            child.close()  # so that a server that dies is an EOFError here, not a hang
+            procs.append(proc)
+            data, p4runtime = parent.recv()
+            control = None
+            if p4runtime is not None:
+                control = SwitchClient(p4runtime, aggregators=AGGREGATORS, lanes=lanes)
+            served[peer] = Served(data, control, proc.pid or 0)
+        yield served
     finally:
-        client.close()
+        for entry in served.values():
+            if entry.control is not None:
+                entry.control.close()
         stop.set()
-        server.join()
-    mb = (HEADER_SIZE + 4 * lanes) / 1e6
-    return Record(
-        lanes, senders, agg_fps, echo_fps, agg_fps * mb, echo_fps * mb, echo_fps / agg_fps
+        for proc in procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.terminate()
+
+
+# ------------------------------------------------------------------ senders
+
+
+@dataclass(frozen=True)
+class SenderRun:
+    began: float
+    ended: float
+    received: int
+    error: str = ""
+
+
+def _closed_loop(
+    sock: socket.socket,
+    burst: Burst,
+    rows: npt.NDArray[np.uint8],
+    target: tuple[str, int],
+    count: int,
+) -> SenderRun:
+    """Send seqs 0..count-1 keeping a window of ``len(rows) / 2`` outstanding; one datagram
+    back frees one."""
+    sizes = np.full(len(rows), rows.shape[1], np.int64)
+    addrs = np.full(len(rows), pack_address(target), np.int64)
+    began = time.perf_counter()
+    sent = min(len(rows) // 2, count)
+    refused = burst.send(
+        sock, rows, sizes, addrs, sent, stride=rows.shape[1], order=stamp(rows, 0, sent)
     )
+    received = 0
+    while received < count:
+        try:
+            got, lost = burst.recv(sock, wait=True)
+        except OSError as exc:
+            if not _idle(exc):
+                raise
+            got, lost = 0, 0
+        if not got:  # SO_RCVTIMEO passed with nothing received: the window is lost
+            return SenderRun(began, time.perf_counter(), received, f"timeout, {sent} sent")
+        if lost or refused:
+            return SenderRun(began, time.perf_counter(), received, f"{lost + refused} lost")
+        received += got
+        more = min(got, count - sent)
+        if more > 0:
+            order = stamp(rows, sent, more)
+            refused = burst.send(sock, rows, sizes, addrs, more, stride=rows.shape[1], order=order)
+            sent += more
+    return SenderRun(began, time.perf_counter(), received)
 
 
-def pipeline_fps(lanes: int, count: int, profile: bool = False) -> tuple[float, str]:
-    """Fragments per second of `Pipeline.handle` alone (one core, no sockets), and a profile."""
-    switch = InMemorySwitch(aggregators=4096, lanes=lanes)
+def _sender(conn: Connection) -> None:
+    """A sending process: ``(worker, senders, lanes, window, count, target)`` -> "ready", then
+    "go" -> `SenderRun`; None ends it. Its socket (address) lives as long as it does."""
+    with _udp_socket(timeout_s=RECV_TIMEOUT_S) as sock:
+        conn.send(sock.getsockname())
+        while (command := conn.recv()) is not None:
+            worker, senders, lanes, window, count, target = command
+            rows = fragment_rows(worker, senders, lanes, window)
+            burst = Burst(SENDER_SLOTS, rows.shape[1])
+            burst.enable_gro(sock)
+            with contextlib.suppress(OSError):
+                while burst.recv(sock, wait=False)[0]:
+                    pass  # what a failed run left behind
+            conn.send("ready")
+            conn.recv()
+            try:
+                run = _closed_loop(sock, burst, rows, target, count)
+            except OSError as exc:
+                run = SenderRun(0.0, 0.0, 0, f"{exc!r}")
+            conn.send(run)
+
+
+class Senders:
+    """`most` sender processes, reused by every run (spawned once: their addresses stay)."""
+
+    def __init__(self, most: int) -> None:
+        ctx = mp.get_context("spawn")
+        self._conns: list[Connection] = []
+        self._procs = []
+        for _ in range(most):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_sender, args=(child,), daemon=True)
+            proc.start()
+            child.close()  # so that a sender that dies is an EOFError here, not a hang
+            self._conns.append(parent)
+            self._procs.append(proc)
+        self.addresses: list[tuple[str, int]] = [c.recv() for c in self._conns]
+
+    def run(
+        self, senders: int, lanes: int, window: int, count: int, target: tuple[str, int]
+    ) -> float:
+        """Fragments per second through `target` with the first `senders` processes, each
+        sending `count`; raises RuntimeError naming what the failed senders saw."""
+        conns = self._conns[:senders]
+        for worker, conn in enumerate(conns):
+            conn.send((worker, senders, lanes, window, count, target))
+        for conn in conns:
+            conn.recv()
+        for conn in conns:
+            conn.send("go")
+        runs: list[SenderRun] = [conn.recv() for conn in conns]
+        failed = [
+            f"worker {w}: {r.error} after {r.received}" for w, r in enumerate(runs) if r.error
+        ]
+        if failed:
+            raise RuntimeError("; ".join(failed))
+        elapsed = max(r.ended for r in runs) - min(r.began for r in runs)
+        return senders * count / elapsed
+
+    def close(self) -> None:
+        for conn in self._conns:
+            with contextlib.suppress(OSError):  # a sender that died has nothing to end
+                conn.send(None)
+        for proc in self._procs:
+            proc.join(timeout=30)
+
+
+# ------------------------------------------------------------------ one case
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds process `pid` has used (``/proc``, 10 ms ticks)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _run_peer(
+    peer: Peer, served: Served, senders: Senders, n: int, lanes: int, window: int, count: int
+) -> tuple[float, float]:
+    """One run against `peer`: ``(fragments/s, the peer's CPU microseconds per fragment)``
+    (its whole process: a switch's gRPC threads are idle meanwhile); NaNs (logged) when
+    datagrams were lost and senders stalled."""
+    control = served.control
+    if control is not None:
+        control.install_job(JobInstall(JOB, Policy.STATIC, n, 0, window, ps=NO_PS))
+        for worker, (host, port) in enumerate(senders.addresses[:n]):
+            control.add_worker(JOB, worker, Endpoint(host, port))
+    try:
+        cpu = process_cpu_s(served.pid)
+        fps = senders.run(n, lanes, window, count, served.data)
+        return fps, 1e6 * (process_cpu_s(served.pid) - cpu) / (n * count)
+    except RuntimeError as exc:
+        counters = control.counters() if control else None
+        log.warning("%s, k=%d, %d senders: %s (switch: %s)", peer.label, lanes, n, exc, counters)
+        return float("nan"), float("nan")
+    finally:
+        if control is not None:
+            control.remove_job(JOB)
+
+
+def measure_case(
+    lanes: int,
+    n: int,
+    servers: dict[Peer, Served],
+    senders: Senders,
+    *,
+    loads: dict[str, Load],
+    repeats: int,
+) -> list[Record]:
+    """Both data paths' records for `n` senders at `lanes` lanes, `loads` by data path, the
+    peers interleaved in every repetition."""
+    per_sender = {dp: max(load.window, load.fragments // n) for dp, load in loads.items()}
+    runs: dict[Peer, list[float]] = {peer: [] for peer in PEERS}
+    cpu: dict[Peer, list[float]] = {peer: [] for peer in PEERS}
+    for _ in range(repeats):
+        for peer in PEERS:
+            count, window = per_sender[peer.datapath], loads[peer.datapath].window
+            fps, us = _run_peer(peer, servers[peer], senders, n, lanes, window, count)
+            runs[peer].append(fps)
+            cpu[peer].append(us)
+    records = []
+    mb = 4 * lanes / 1e6
+    for datapath in ("engine", "python"):
+        agg_peer, echo_peer = (p for p in PEERS if p.datapath == datapath)
+        agg, echo = runs[agg_peer], runs[echo_peer]
+        agg_fps, echo_fps = _median(agg), _median(echo)
+        records.append(
+            Record(
+                lanes=lanes,
+                senders=n,
+                datapath=datapath,
+                agg_fps=agg_fps,
+                echo_fps=echo_fps,
+                agg_runs=agg,
+                echo_runs=echo,
+                agg_mbps=agg_fps * mb,
+                echo_mbps=echo_fps * mb,
+                ratio=echo_fps / agg_fps,
+                agg_cpu_us=_median(cpu[agg_peer]),
+                echo_cpu_us=_median(cpu[echo_peer]),
+                fragments=per_sender[datapath] * n,
+                window=loads[datapath].window,
+            )
+        )
+    return records
+
+
+def _median(values: list[float]) -> float:
+    kept = [v for v in values if not math.isnan(v)]
+    return float(statistics.median(kept)) if kept else math.nan
+
+
+# ------------------------------------------------------------------ the pass alone
+
+
+@contextlib.contextmanager
+def datapath_env(datapath: str) -> Iterator[None]:
+    """``INASCHED_DATAPATH=datapath`` inside the block: a `Pipeline` built there and every
+    process started there (``bench.allreduce``, ``bench.emu_cpu``) take that data path."""
+    before = os.environ.get(DATAPATH_ENV)
+    os.environ[DATAPATH_ENV] = datapath
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[DATAPATH_ENV]
+        else:
+            os.environ[DATAPATH_ENV] = before
+
+
+def pass_fps(lanes: int, datapath: str, count: int, profile: bool = False) -> tuple[float, str]:
+    """Fragments per second of the packet pass alone (one core, no sockets), and the cProfile
+    text of the Python pass when `profile`. A static job of fan-in 4; the engine takes bursts
+    of `BURST_SLOTS` rows (W seqs x 4 workers), the Python pass one datagram at a time."""
     senders = 4
-    switch.install_job(
-        JobInstall(JOB, Policy.STATIC, senders, 0, WINDOW, ps=Endpoint("127.0.0.1", 9))
-    )
-    for worker in range(senders):
-        switch.add_worker(JOB, worker, Endpoint("127.0.0.1", 20000 + worker))
-    streams = [_fragments(w, senders, lanes, count // senders) for w in range(senders)]
+    with datapath_env(datapath):
+        switch = InMemorySwitch(aggregators=AGGREGATORS, lanes=lanes)
+    switch.install_job(JobInstall(JOB, Policy.STATIC, senders, 0, PASS_WINDOW, ps=NO_PS))
+    sources = [("127.0.0.1", 20000 + w) for w in range(senders)]
+    for worker, (host, port) in enumerate(sources):
+        switch.add_worker(JOB, worker, Endpoint(host, port))
+    templates = [fragment_rows(w, senders, lanes, PASS_WINDOW) for w in range(senders)]
+    seqs_per_burst = BURST_SLOTS // senders
+    bursts = -(-count // BURST_SLOTS)
+    if datapath == "engine":
+        return _engine_pass_fps(switch, templates, sources, seqs_per_burst, bursts), ""
+    order = []
+    for seq in range(bursts * seqs_per_burst):
+        for worker, rows in enumerate(templates):
+            stamp(rows, seq, 1)
+            order.append((rows[seq % len(rows)].tobytes(), sources[worker]))
     handle = switch.pipeline.handle
-    order = [
-        (streams[w][s], ("127.0.0.1", 20000 + w))
-        for s in range(count // senders)
-        for w in range(senders)
-    ]
     profiler = cProfile.Profile() if profile else None
     began = time.perf_counter()
     if profiler:
@@ -262,44 +576,110 @@ def pipeline_fps(lanes: int, count: int, profile: bool = False) -> tuple[float, 
     return fps, text
 
 
+def _engine_pass_fps(
+    switch: InMemorySwitch,
+    templates: list[npt.NDArray[np.uint8]],
+    sources: list[tuple[str, int]],
+    seqs_per_burst: int,
+    bursts: int,
+) -> float:
+    """`Pipeline.handle_burst` over bursts stamped outside the timed part."""
+    senders = len(templates)
+    stride = templates[0].shape[1]
+    rows = np.zeros((seqs_per_burst * senders, stride), np.uint8)
+    sizes = np.full(len(rows), stride, np.int64)
+    addrs = np.tile(np.array([pack_address(s) for s in sources], np.int64), seqs_per_burst)
+    handle_burst = switch.pipeline.handle_burst
+    spent = 0.0
+    for b in range(bursts):
+        for worker, template in enumerate(templates):
+            order = stamp(template, b * seqs_per_burst, seqs_per_burst)
+            rows[worker::senders] = template[order]
+        began = time.perf_counter()
+        for _ in handle_burst(rows, sizes, addrs, len(rows)):
+            pass
+        spent += time.perf_counter() - began
+    return bursts * len(rows) / spent
+
+
+# ------------------------------------------------------------------ the command
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the records here")
-    parser.add_argument("--quick", action="store_true", help="a short run")
-    parser.add_argument("--profile", action="store_true", help="print the cProfile of handle")
+    parser.add_argument("--quick", action="store_true", help="a short run, one repetition")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per case (median, spread)")
+    parser.add_argument("--profile", action="store_true", help="cProfile of the Python pass")
+    parser.add_argument("--lanes", default=",".join(map(str, LANES)), help="e.g. 64,256")
+    parser.add_argument("--senders", default=",".join(map(str, SENDER_COUNTS)), help="e.g. 2,4,8")
     args = parser.parse_args(argv)
-    count = 3000 if args.quick else 20000
-    records = []
-    print(
-        f"{'k':>4} {'senders':>7} {'agg fps':>10} {'echo fps':>10} {'agg MB/s':>9} "
-        f"{'echo MB/s':>9} {'echo/agg':>8}"
-    )
-    for lanes in (64, 256):
-        for senders in (2, 4, 8):
-            rec = measure(lanes, senders, count)
-            records.append(rec)
-            print(
-                f"{lanes:>4} {senders:>7} {rec.agg_fps:>10,.0f} {rec.echo_fps:>10,.0f} "
-                f"{rec.agg_mbps:>9.1f} {rec.echo_mbps:>9.1f} {rec.ratio:>8.2f}"
-            )
-    one_core = {}
-    for lanes in (64, 256):
-        fps, text = pipeline_fps(lanes, 40000 if not args.quick else 8000, args.profile)
-        one_core[lanes] = fps
-        print(f"Pipeline.handle alone, k={lanes}: {fps:,.0f} fragments/s on one core")
-        if text:
-            print(text)
+    logging.basicConfig(level=logging.WARNING)
+    divisor = QUICK_DIVISOR if args.quick else 1
+    repeats = 1 if args.quick else args.repeats
+    lanes_list = [int(x) for x in args.lanes.split(",") if x]
+    sender_counts = [int(x) for x in args.senders.split(",") if x]
+    loads = {dp: Load(load.fragments // divisor, load.window) for dp, load in LOADS.items()}
+    for datapath, load in loads.items():
+        print(
+            f"{datapath} peers: {load.fragments:,} fragments per run, window {load.window} per "
+            f"sender; {repeats} repetition(s), median [min-max]"
+        )
+    print(_header())
+    records: list[Record] = []
+    senders = Senders(max(sender_counts))
+    try:
+        for lanes in lanes_list:
+            with _servers(lanes) as servers:
+                for n in sender_counts:
+                    case = measure_case(
+                        lanes,
+                        n,
+                        servers,
+                        senders,
+                        loads=loads,
+                        repeats=repeats,
+                    )
+                    records += case
+                    print(_row(*case), flush=True)
+    finally:
+        senders.close()
+    passes = []
+    for lanes in lanes_list:
+        for datapath, count in (("engine", 400_000), ("python", 40_000)):
+            fps, text = pass_fps(lanes, datapath, count // divisor, args.profile)
+            passes.append({"lanes": lanes, "datapath": datapath, "fps": fps})
+            print(f"packet pass alone, k={lanes}, {datapath}: {fps:,.0f} fragments/s on one core")
+            if text:
+                print(text)
     if args.json:
         with open(args.json, "w") as out:
             json.dump(
-                {
-                    "records": [asdict(r) for r in records],
-                    "pipeline_fps": {str(k): v for k, v in one_core.items()},
-                },
-                out,
-                indent=1,
+                {"records": [asdict(r) for r in records], "pipeline_fps": passes}, out, indent=1
             )
     return 0
+
+
+def _header() -> str:
+    return (
+        f"{'k':>4} {'snd':>3} | {'engine switch fps [min-max]':>31} {'us/fr':>5} "
+        f"{'GSO/GRO echo fps [min-max]':>31} {'us/fr':>5} {'echo/sw':>7} {'MB/s':>5} | "
+        f"{'py switch':>9} {'py echo':>8} | {'eng/py':>6}"
+    )
+
+
+def _row(engine: Record, python: Record) -> str:
+    def spread(median: float, runs: list[float]) -> str:
+        kept = [r for r in runs if not math.isnan(r)] or [math.nan]
+        return f"{median:>9,.0f} [{min(kept):>9,.0f}-{max(kept):>9,.0f}]"
+
+    return (
+        f"{engine.lanes:>4} {engine.senders:>3} | {spread(engine.agg_fps, engine.agg_runs)} "
+        f"{engine.agg_cpu_us:>5.2f} {spread(engine.echo_fps, engine.echo_runs)} "
+        f"{engine.echo_cpu_us:>5.2f} {engine.ratio:>7.2f} {engine.agg_mbps:>5.0f} | "
+        f"{python.agg_fps:>9,.0f} {python.echo_fps:>8,.0f} | "
+        f"{engine.agg_fps / python.agg_fps:>6.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,14 +1,17 @@
-"""``bench.emu_cpu``'s per-thread CPU reading against the thread's own clock."""
+"""``bench.emu_cpu``: its per-thread CPU reading against the thread's own clock, and one tiny
+run on both data paths."""
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from bench.emu_cpu import thread_cpu
+from bench.emu_cpu import ROLES, main, thread_cpu
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -35,3 +38,16 @@ def test_thread_cpu_reads_what_a_busy_thread_spent() -> None:
     # /proc counts in clock ticks (10 ms), the thread's clock in nanoseconds.
     assert seen["burner"] == pytest.approx(spent[0], abs=0.03)
     assert "MainThread" in seen
+
+
+@pytest.mark.slow
+def test_one_policy_on_both_data_paths_writes_a_row_each(tmp_path: Path) -> None:
+    out = tmp_path / "emu_cpu.json"
+    main(["--policies", "static", "--iterations", "2", "--grad-bytes", "4096", "--json", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["policy"], r["datapath"]) for r in rows] == [
+        ("static", "engine"),
+        ("static", "python"),
+    ]
+    for row in rows:
+        assert set(ROLES) <= set(row)
