@@ -71,63 +71,48 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
-import errno
 import io
 import json
 import logging
 import math
-import multiprocessing as mp
 import os
 import pstats
-import socket
 import statistics
-import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from multiprocessing.connection import Connection
-from multiprocessing.synchronize import Event
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from p4ctl.backend import Endpoint, InMemorySwitch, JobInstall
-from p4ctl.client import SwitchClient
 from p4ctl.dataplane import BURST_SLOTS
-from p4ctl.engine import DATAPATH_ENV, Burst, pack_address
-from p4ctl.protocol import HEADER_DTYPE, HEADER_SIZE, Kind, Packet, Policy, encode
-from p4ctl.rule import JobConfig, static_index
-from p4ctl.softswitch import SoftSwitch
+from p4ctl.engine import DATAPATH_ENV, pack_address
+from p4ctl.protocol import Policy
+
+from bench.dataplane_peers import (
+    AGGREGATORS,
+    JOB,
+    PEERS,
+    Peer,
+    Senders,
+    Served,
+    fragment_rows,
+    servers,
+    stamp,
+)
 
 __all__ = ["Record", "datapath_env", "main", "measure_case", "pass_fps"]
 
 log = logging.getLogger(__name__)
 
-
-AGGREGATORS = 4096
-JOB = 1
 # The PS address of the benchmark's job: a static job with no loss never sends to it.
 NO_PS = Endpoint("127.0.0.1", 9)
 SENDER_COUNTS = (2, 4, 8)
 LANES = (64, 256)
-# Rows per receive burst of a sender: a window of results, whatever GRO merged.
-SENDER_SLOTS = 2048
-SOCKET_BUFFER = 8 << 20  # the kernel caps it at net.core.[rw]mem_max
-RECV_TIMEOUT_S = 5.0
 QUICK_DIVISOR = 8
 # The pass alone: a burst of BURST_SLOTS rows is 256 seqs of 4 workers, one seq per slot.
 PASS_WINDOW = 256
 _TICK = os.sysconf("SC_CLK_TCK")
-_SEQ = slice(HEADER_DTYPE.fields["seq"][1], HEADER_DTYPE.fields["seq"][1] + 4)
-
-
-@dataclass(frozen=True)
-class Peer:
-    """One server the senders measure: a switch ("agg") or an echo, on one data path."""
-
-    role: str  # "agg" or "echo"
-    datapath: str  # "engine" or "python"
-    label: str
 
 
 @dataclass(frozen=True)
@@ -145,14 +130,6 @@ class Load:
 # the engine switch, but a Python peer's socket holds segmented datagrams at ~2 KiB each, and
 # 4 x 1,024 of them overflowed it.
 LOADS = {"engine": Load(400_000, 512), "python": Load(32_000, 128)}
-
-
-PEERS = (
-    Peer("agg", "engine", "engine switch"),
-    Peer("echo", "engine", "GSO/GRO echo"),
-    Peer("agg", "python", "python switch"),
-    Peer("echo", "python", "python echo"),
-)
 
 
 @dataclass(frozen=True)
@@ -173,264 +150,6 @@ class Record:
     echo_cpu_us: float
     fragments: int  # per run, all senders
     window: int  # per sender
-
-
-# ------------------------------------------------------------------ fragments
-
-
-def fragment_rows(worker: int, senders: int, lanes: int, window: int) -> npt.NDArray[np.uint8]:
-    """``(2 window, datagram)`` rows: worker `worker`'s fragment for every seq mod 2 window
-    (slot and copy repeat with that period); `stamp` writes the real seq before a row is sent."""
-    cfg = JobConfig(JOB, Policy.STATIC, senders, part_base=0, part_size=window)
-    body = np.full(lanes, worker + 1, dtype=np.int32)
-    rows = np.zeros((2 * window, HEADER_SIZE + 4 * lanes), np.uint8)
-    for seq in range(2 * window):
-        index, shadow = static_index(cfg, seq)
-        packet = Packet(
-            kind=Kind.GRADIENT,
-            job=JOB,
-            worker=worker,
-            fan_in=senders,
-            agg_index=index,
-            shadow=shadow,
-            seq=seq,
-            bitmap=1 << worker,
-            lanes=body,
-        )
-        rows[seq] = np.frombuffer(encode(packet), np.uint8)
-    return rows
-
-
-def stamp(rows: npt.NDArray[np.uint8], first: int, count: int) -> npt.NDArray[np.int64]:
-    """Write seqs ``first..first+count`` into their rows; returns the rows' indices."""
-    seqs = np.arange(first, first + count, dtype=np.int64)
-    order = seqs % len(rows)
-    rows[order, _SEQ] = seqs.astype(">u4").view(np.uint8).reshape(-1, 4)
-    return order
-
-
-# ------------------------------------------------------------------ sockets
-
-
-def _udp_socket(timeout_s: float | None = None) -> socket.socket:
-    """A blocking loopback UDP socket with large buffers; `timeout_s` bounds a blocking
-    receive in the kernel (SO_RCVTIMEO), so a burst receive fails with EAGAIN after it."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
-        sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
-    if timeout_s is not None:
-        seconds = int(timeout_s)
-        timeval = struct.pack("ll", seconds, int((timeout_s - seconds) * 1e6))
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
-    sock.bind(("127.0.0.1", 0))
-    return sock
-
-
-def _idle(exc: OSError) -> bool:
-    """A receive that timed out, or the ICMP error of an earlier send: not a failure."""
-    return exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.ECONNREFUSED)
-
-
-# ------------------------------------------------------------------ servers
-
-
-def _switch_server(conn: Connection, stop: Event, lanes: int, datapath: str) -> None:
-    logging.basicConfig(level=logging.WARNING)
-    with SoftSwitch(aggregators=AGGREGATORS, lanes=lanes, datapath=datapath) as switch:
-        conn.send((switch.data_address, switch.p4runtime_address))
-        stop.wait()
-
-
-def _python_echo_server(conn: Connection, stop: Event, lanes: int) -> None:
-    with _udp_socket() as sock:
-        sock.settimeout(0.5)
-        conn.send((sock.getsockname(), None))
-        while not stop.is_set():
-            try:
-                data, source = sock.recvfrom(65535)
-            except TimeoutError:
-                continue
-            sock.sendto(data, source)
-
-
-def _burst_echo_server(conn: Connection, stop: Event, lanes: int) -> None:
-    """Every datagram back to its source, a burst at a time: the engine switch's I/O (same
-    burst size, GRO in, GSO out) without its packet pass. GRO keeps a source's datagrams
-    together, so they leave in runs of one destination with no reordering."""
-    with _udp_socket(timeout_s=0.5) as sock:
-        burst = Burst(BURST_SLOTS, HEADER_SIZE + 4 * lanes)
-        burst.enable_gro(sock)
-        conn.send((sock.getsockname(), None))
-        while not stop.is_set():
-            try:
-                count, _ = burst.recv(sock, wait=True)
-            except OSError as exc:
-                if _idle(exc):
-                    continue
-                raise
-            burst.send(sock, burst.rows, burst.sizes, burst.addrs, count)
-
-
-def _server_for(peer: Peer) -> tuple[Callable[..., None], tuple[Any, ...]]:
-    if peer.role == "agg":
-        return _switch_server, (peer.datapath,)
-    return {"engine": _burst_echo_server, "python": _python_echo_server}[peer.datapath], ()
-
-
-@dataclass(frozen=True)
-class Served:
-    """Where a running peer listens, and the P4Runtime client of a switch (None for an echo)."""
-
-    data: tuple[str, int]
-    control: SwitchClient | None
-    pid: int
-
-
-@contextlib.contextmanager
-def _servers(lanes: int) -> Iterator[dict[Peer, Served]]:
-    """Every peer serving `lanes` lanes in a process of its own (a switch with its control
-    client connected once: setting the pipeline takes seconds)."""
-    ctx = mp.get_context("spawn")
-    stop = ctx.Event()
-    procs, served = [], {}
-    try:
-        for peer in PEERS:
-            parent, child = ctx.Pipe()
-            target, extra = _server_for(peer)
-            proc = ctx.Process(target=target, args=(child, stop, lanes, *extra), daemon=True)
-            proc.start()
-            child.close()  # so that a server that dies is an EOFError here, not a hang
-            procs.append(proc)
-            data, p4runtime = parent.recv()
-            control = None
-            if p4runtime is not None:
-                control = SwitchClient(p4runtime, aggregators=AGGREGATORS, lanes=lanes)
-            served[peer] = Served(data, control, proc.pid or 0)
-        yield served
-    finally:
-        for entry in served.values():
-            if entry.control is not None:
-                entry.control.close()
-        stop.set()
-        for proc in procs:
-            proc.join(timeout=30)
-            if proc.is_alive():
-                proc.terminate()
-
-
-# ------------------------------------------------------------------ senders
-
-
-@dataclass(frozen=True)
-class SenderRun:
-    began: float
-    ended: float
-    received: int
-    error: str = ""
-
-
-def _closed_loop(
-    sock: socket.socket,
-    burst: Burst,
-    rows: npt.NDArray[np.uint8],
-    target: tuple[str, int],
-    count: int,
-) -> SenderRun:
-    """Send seqs 0..count-1 keeping a window of ``len(rows) / 2`` outstanding; one datagram
-    back frees one."""
-    sizes = np.full(len(rows), rows.shape[1], np.int64)
-    addrs = np.full(len(rows), pack_address(target), np.int64)
-    began = time.perf_counter()
-    sent = min(len(rows) // 2, count)
-    refused = burst.send(
-        sock, rows, sizes, addrs, sent, stride=rows.shape[1], order=stamp(rows, 0, sent)
-    )
-    received = 0
-    while received < count:
-        try:
-            got, lost = burst.recv(sock, wait=True)
-        except OSError as exc:
-            if not _idle(exc):
-                raise
-            got, lost = 0, 0
-        if not got:  # SO_RCVTIMEO passed with nothing received: the window is lost
-            return SenderRun(began, time.perf_counter(), received, f"timeout, {sent} sent")
-        if lost or refused:
-            return SenderRun(began, time.perf_counter(), received, f"{lost + refused} lost")
-        received += got
-        more = min(got, count - sent)
-        if more > 0:
-            order = stamp(rows, sent, more)
-            refused = burst.send(sock, rows, sizes, addrs, more, stride=rows.shape[1], order=order)
-            sent += more
-    return SenderRun(began, time.perf_counter(), received)
-
-
-def _sender(conn: Connection) -> None:
-    """A sending process: ``(worker, senders, lanes, window, count, target)`` -> "ready", then
-    "go" -> `SenderRun`; None ends it. Its socket (address) lives as long as it does."""
-    with _udp_socket(timeout_s=RECV_TIMEOUT_S) as sock:
-        conn.send(sock.getsockname())
-        while (command := conn.recv()) is not None:
-            worker, senders, lanes, window, count, target = command
-            rows = fragment_rows(worker, senders, lanes, window)
-            burst = Burst(SENDER_SLOTS, rows.shape[1])
-            burst.enable_gro(sock)
-            with contextlib.suppress(OSError):
-                while burst.recv(sock, wait=False)[0]:
-                    pass  # what a failed run left behind
-            conn.send("ready")
-            conn.recv()
-            try:
-                run = _closed_loop(sock, burst, rows, target, count)
-            except OSError as exc:
-                run = SenderRun(0.0, 0.0, 0, f"{exc!r}")
-            conn.send(run)
-
-
-class Senders:
-    """`most` sender processes, reused by every run (spawned once: their addresses stay)."""
-
-    def __init__(self, most: int) -> None:
-        ctx = mp.get_context("spawn")
-        self._conns: list[Connection] = []
-        self._procs = []
-        for _ in range(most):
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_sender, args=(child,), daemon=True)
-            proc.start()
-            child.close()  # so that a sender that dies is an EOFError here, not a hang
-            self._conns.append(parent)
-            self._procs.append(proc)
-        self.addresses: list[tuple[str, int]] = [c.recv() for c in self._conns]
-
-    def run(
-        self, senders: int, lanes: int, window: int, count: int, target: tuple[str, int]
-    ) -> float:
-        """Fragments per second through `target` with the first `senders` processes, each
-        sending `count`; raises RuntimeError naming what the failed senders saw."""
-        conns = self._conns[:senders]
-        for worker, conn in enumerate(conns):
-            conn.send((worker, senders, lanes, window, count, target))
-        for conn in conns:
-            conn.recv()
-        for conn in conns:
-            conn.send("go")
-        runs: list[SenderRun] = [conn.recv() for conn in conns]
-        failed = [
-            f"worker {w}: {r.error} after {r.received}" for w, r in enumerate(runs) if r.error
-        ]
-        if failed:
-            raise RuntimeError("; ".join(failed))
-        elapsed = max(r.ended for r in runs) - min(r.began for r in runs)
-        return senders * count / elapsed
-
-    def close(self) -> None:
-        for conn in self._conns:
-            with contextlib.suppress(OSError):  # a sender that died has nothing to end
-                conn.send(None)
-        for proc in self._procs:
-            proc.join(timeout=30)
 
 
 # ------------------------------------------------------------------ one case
@@ -630,12 +349,12 @@ def main(argv: list[str] | None = None) -> int:
     senders = Senders(max(sender_counts))
     try:
         for lanes in lanes_list:
-            with _servers(lanes) as servers:
+            with servers(lanes) as served:
                 for n in sender_counts:
                     case = measure_case(
                         lanes,
                         n,
-                        servers,
+                        served,
                         senders,
                         loads=loads,
                         repeats=repeats,

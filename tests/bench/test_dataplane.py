@@ -10,7 +10,8 @@ import pytest
 from p4ctl.protocol import Kind, Policy, decode
 from p4ctl.rule import JobConfig, static_index
 
-from bench.dataplane import fragment_rows, main, stamp
+from bench.dataplane import main
+from bench.dataplane_peers import fragment_rows, stamp
 
 
 def test_stamped_rows_are_the_static_jobs_fragments_for_their_seqs() -> None:
