@@ -81,6 +81,8 @@ control InaEgress(inout headers_t hdr, inout metadata_t meta,
     }
 }
 
+// p4c writes this into the P4Info's pkg_info, as the committed one has it.
+@pkginfo(name="inasched", version="1")
 V1Switch(
     InaParser(),
     InaVerifyChecksum(),

@@ -37,6 +37,7 @@ control Aggregator(inout headers_t hdr, inout metadata_t meta) {
         agg_priority.read(meta.held.priority, index);
         meta.next = meta.held;
 
+        // mirrors rule.process: PS_RESULT, then static, then the shared pool.
         if (hdr.agg.kind == KIND_PS_RESULT) {
             ps_result_rule.apply(hdr, meta);
         } else if (meta.cfg.policy == POLICY_STATIC) {

@@ -1,9 +1,13 @@
 // The checks of p4ctl.rule.check after the source check, in its order: kind,
-// worker and fan-in, bitmap, aggregator index.
+// worker and fan-in, bitmap, aggregator index. rule.check's first case
+// (UNKNOWN_JOB) is JobConfig's default action; each branch below names the
+// case of rule.check it mirrors.
 #ifndef INASCHED_FRAGMENT_CHECK_P4
 #define INASCHED_FRAGMENT_CHECK_P4
 
 control FragmentCheck(inout headers_t hdr, inout metadata_t meta) {
+    // Called directly, never from a table: @hidden keeps it out of the P4Info.
+    @hidden
     action reject(bit<8> reason) {
         meta.drop = true;
         meta.drop_reason = reason;
@@ -26,23 +30,32 @@ control FragmentCheck(inout headers_t hdr, inout metadata_t meta) {
         }
 
         if (hdr.agg.kind == KIND_PS_RESULT) {
+            // mirrors rule.check case "PS_RESULT": BAD_WORKER unless from the PS,
+            // BAD_AGG_INDEX past the pool.
             if (hdr.agg.worker != PS_WORKER_ID) {
                 reject(DROP_BAD_WORKER);
             } else if (hdr.agg.agg_index >= AGGREGATORS) {
                 reject(DROP_BAD_AGG_INDEX);
             }
         } else if (hdr.agg.kind != KIND_GRADIENT) {
+            // mirrors rule.check case "not a GRADIENT": BAD_KIND.
             reject(DROP_BAD_KIND);
         } else if (hdr.agg.worker >= meta.cfg.fan_in || hdr.agg.fan_in != meta.cfg.fan_in) {
+            // mirrors rule.check case "worker or fan-in": BAD_WORKER.
             reject(DROP_BAD_WORKER);
         } else if (hdr.agg.worker >= MAX_WORKERS
                    || hdr.agg.bitmap != (bit<32>)1 << hdr.agg.worker) {
+            // mirrors rule.check case "bitmap": BAD_BITMAP.
             // A shift past the bitmap's width would give 0, so a bitmap of 0 from
             // worker 32 would pass; the first test keeps rule.check's answer.
             reject(DROP_BAD_BITMAP);
         } else if (hdr.agg.agg_index >= AGGREGATORS) {
+            // mirrors rule.check case "index past the pool": BAD_AGG_INDEX (the
+            // rule tests it after the static slot; both give the same reason).
             reject(DROP_BAD_AGG_INDEX);
         } else if (meta.cfg.policy == POLICY_STATIC) {
+            // mirrors rule.check case "static": part_size a power of two and
+            // (agg_index, shadow) == rule.static_index, else BAD_AGG_INDEX.
             if (size == 0 || (size & mask) != 0 || hdr.agg.agg_index != static_index
                     || hdr.agg.shadow != static_shadow) {
                 reject(DROP_BAD_AGG_INDEX);

@@ -6,6 +6,8 @@
 
 control Validate(inout headers_t hdr, inout metadata_t meta,
                  in standard_metadata_t standard_metadata) {
+    // Called directly, never from a table: @hidden keeps it out of the P4Info.
+    @hidden
     action reject(bit<8> reason) {
         meta.drop = true;
         meta.drop_reason = reason;

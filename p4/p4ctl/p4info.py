@@ -187,6 +187,12 @@ def _entities(info: p4info_pb2.P4Info) -> dict[str, dict[str, object]]:
     }
 
 
+def _package(info: p4info_pb2.P4Info) -> dict[str, str]:
+    """The pkg_info fields the contract pins."""
+    pkg = info.pkg_info
+    return {"name": pkg.name, "version": pkg.version, "arch": pkg.arch}
+
+
 def compare_p4info(
     got: p4info_pb2.P4Info,
     want: p4info_pb2.P4Info,
@@ -195,13 +201,16 @@ def compare_p4info(
     labels: tuple[str, str] = ("emitted", "committed"),
 ) -> list[str]:
     """Every difference in names, ids, widths and sizes of tables, actions, registers and
-    counters (what the control plane relies on); empty when they agree. Documentation,
-    annotations and package info are not compared. `extra_ok`: entities in `got` that `want`
-    lacks are not a difference (a compiler's own, such as NoAction). `labels` name the two
-    sides in the messages."""
+    counters (what the control plane relies on), and in the package's name, version and
+    architecture (p4c writes the first two only from the program's ``@pkginfo``); empty when
+    they agree. Documentation and annotations are not compared. `extra_ok`: entities in `got`
+    that `want` lacks are not a difference (a compiler's own, such as NoAction). `labels` name
+    the two sides in the messages."""
     problems: list[str] = []
-    ours, theirs = _entities(got), _entities(want)
     g, w = labels
+    if _package(got) != _package(want):
+        problems.append(f"pkg_info: {g} {_package(got)}, {w} {_package(want)}")
+    ours, theirs = _entities(got), _entities(want)
     for kind, wanted in theirs.items():
         have = ours[kind]
         for name in sorted(wanted.keys() - have.keys()):

@@ -9,9 +9,12 @@ uses on p4c's output. Header fields, sizing constants and protocol constants are
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from google.protobuf import text_format
@@ -27,9 +30,10 @@ from p4ctl.protocol import (
     DropReason,
     Flag,
     Kind,
+    Packet,
     Policy,
 )
-from p4ctl.rule import Outcome
+from p4ctl.rule import JobConfig, Outcome, Registers, process
 
 P4_DIR = build.P4_DIR
 INCLUDE_DIR = P4_DIR / "include"
@@ -100,22 +104,76 @@ def _struct(text: str, name: str) -> str:
 
 
 ANNOTATION = r'@name\("\.(?P<name>\w+)"\)\s*@id\((?P<id>\w+)\)\s*'
+# An action declaration with the annotations in front of it.
+ACTION = re.compile(
+    r"(?P<annotations>(?:@\w+(?:\([^)]*\))?\s*)*)"
+    r"\baction\s+(?P<local>\w+)\s*\((?P<params>[^)]*)\)"
+)
+PKGINFO = re.compile(r"@pkginfo\((?P<fields>[^)]*)\)\s*V1Switch\s*\(")
+
+
+@dataclass(frozen=True)
+class DeclaredAction:
+    """An action as declared: its local name, and its P4Info name and id if annotated."""
+
+    local: str
+    name: str | None
+    id: int | None
+    hidden: bool
+    params: list[tuple[str, int]]
+
+
+def declared_actions(text: str) -> list[DeclaredAction]:
+    """Every action `text` declares, top-level or in a control, in source order; `local` is
+    qualified by the control type it is declared in (``OnPartial.flush``)."""
+    controls = []
+    for c in re.finditer(r"\bcontrol\s+(\w+)\s*\(", text):
+        start = text.index("{", c.end())
+        controls.append((c[1], start, start + len(_block(text, start))))
+    found = []
+    for m in ACTION.finditer(text):
+        annotations = m["annotations"]
+        name = re.search(r'@name\("\.(\w+)"\)', annotations)
+        id_ = re.search(r"@id\((\w+)\)", annotations)
+        inside = [c for c, start, end in controls if start < m.start("local") < end]
+        found.append(
+            DeclaredAction(
+                local=".".join([*inside[-1:], m["local"]]),
+                name=name[1] if name else None,
+                id=int(id_[1], 0) if id_ else None,
+                hidden=re.search(r"@hidden\b", annotations) is not None,
+                params=[(p, int(w)) for w, p in re.findall(r"bit<(\d+)>\s+(\w+)", m["params"])],
+            )
+        )
+    return found
 
 
 def p4info_from_source(text: str, sizing: dict[str, int]) -> p4info_pb2.P4Info:
-    """The P4Info the declarations in `text` describe (what p4c would emit for them)."""
+    """The P4Info the declarations in `text` describe (what p4c would emit for them).
+
+    p4c's rule for actions: every action the program declares that is not ``@hidden`` is in
+    the P4Info, whether a table uses it or not; one without ``@name`` keeps its local name
+    here (p4c would qualify it by its control, and it is in the committed P4Info either way).
+    """
     info = p4info_pb2.P4Info()
+    pkginfo = PKGINFO.search(text)
+    if pkginfo:
+        fields = dict(re.findall(r'(\w+)\s*=\s*"([^"]*)"', pkginfo["fields"]))
+        info.pkg_info.name = fields.get("name", "")
+        info.pkg_info.version = fields.get("version", "")
+    if re.search(r"\bV1Switch\s*\(", text):
+        info.pkg_info.arch = "v1model"
     headers = _headers(text)
     local_action_ids: dict[str, int] = {}
-    pattern = ANNOTATION + r"action\s+(?P<local>\w+)\s*\((?P<params>[^)]*)\)"
-    for m in re.finditer(pattern, text):
+    for declared in declared_actions(text):
+        if declared.hidden:
+            continue
         action = info.actions.add()
-        action.preamble.id = int(m["id"], 0)
-        action.preamble.name = action.preamble.alias = m["name"]
-        params = re.findall(r"bit<(\d+)>\s+(\w+)", m["params"])
-        for pid, (width, pname) in enumerate(params, start=1):
-            action.params.add(id=pid, name=pname, bitwidth=int(width))
-        local_action_ids[m["local"]] = action.preamble.id
+        action.preamble.id = declared.id or 0
+        action.preamble.name = action.preamble.alias = declared.name or declared.local
+        for pid, (pname, width) in enumerate(declared.params, start=1):
+            action.params.add(id=pid, name=pname, bitwidth=width)
+        local_action_ids[declared.local.rsplit(".", 1)[-1]] = action.preamble.id
 
     for m in re.finditer(ANNOTATION + r"table\s+(?P<local>\w+)", text):
         body = _block(text, m.end())
@@ -188,6 +246,45 @@ def test_declarations_match_the_committed_p4info(source: str, sizing: dict[str, 
     assert build.compare_p4info(p4info_from_source(source, sizing), _committed()) == []
 
 
+def test_p4info_actions_are_the_declared_actions_that_are_not_hidden(source: str) -> None:
+    # p4c's rule: every declared action that is not @hidden is in the P4Info, each under its
+    # @name; the committed P4Info has no other.
+    shown = [a for a in declared_actions(source) if not a.hidden]
+    assert [a.local for a in shown if a.name is None or a.id is None] == [], "no @name/@id"
+    committed = {a.preamble.name: a.preamble.id for a in _committed().actions}
+    assert {a.name: a.id for a in shown} == committed
+
+
+def test_actions_no_table_uses_are_hidden(source: str) -> None:
+    in_tables = {
+        local
+        for m in re.finditer(r"\bactions\s*=", source)
+        for local in re.findall(r"(\w+)\s*;", _block(source, m.end()))
+    }
+    unused = [a.local for a in declared_actions(source) if a.local.split(".")[-1] not in in_tables]
+    assert unused, "the rule's output actions are called directly"
+    for action in declared_actions(source):
+        if action.local in unused:
+            assert action.hidden, f"{action.local}: no table uses it, so p4c would list it"
+
+
+def test_an_action_that_loses_hidden_joins_the_p4info_p4c_emits(
+    source: str, sizing: dict[str, int]
+) -> None:
+    shown = source.replace("@hidden\naction out_sum(", "action out_sum(")
+    assert shown != source
+    assert build.compare_p4info(p4info_from_source(shown, sizing), _committed()) == [
+        "action out_sum: in the emitted P4Info, not the committed one"
+    ]
+
+
+def test_pkginfo_on_main_gives_the_committed_pkg_info(source: str, sizing: dict[str, int]) -> None:
+    assert p4info_from_source(source, sizing).pkg_info == _committed().pkg_info
+    bare = PKGINFO.sub("V1Switch(", source)
+    (problem,) = build.compare_p4info(p4info_from_source(bare, sizing), _committed())
+    assert problem.startswith("pkg_info: emitted {'name': '', 'version': ''")
+
+
 def test_every_table_register_and_counter_carries_its_p4info_name_and_id(source: str) -> None:
     for kind, declared in (
         ("table", r"\btable\s+\w+\s*\{"),
@@ -227,6 +324,18 @@ def test_compare_p4info_names_a_changed_width() -> None:
     changed.registers[0].type_spec.bitstring.bit.bitwidth = 16
     (problem,) = build.compare_p4info(changed, _committed())
     assert problem.startswith("register job_priority")
+
+
+def test_compare_p4info_names_a_changed_pkg_info() -> None:
+    changed = _committed()
+    changed.pkg_info.version = "2"
+    (problem,) = build.compare_p4info(changed, _committed())
+    assert problem == (
+        "pkg_info: emitted {'name': 'inasched', 'version': '2', 'arch': 'v1model'}, "
+        "committed {'name': 'inasched', 'version': '1', 'arch': 'v1model'}"
+    )
+    # A running pipeline with its own extras is still held to the package it claims to be.
+    assert build.compare_p4info(changed, _committed(), extra_ok=True) == [problem]
 
 
 def test_controller_accepts_a_compilers_p4info_with_its_own_extras() -> None:
@@ -315,6 +424,66 @@ def test_version_and_ps_worker_id_are_the_protocols(source: str) -> None:
     consts = dict(re.findall(r"const\s+bit<\d+>\s+(\w+)\s*=\s*(\w+)\s*;", source))
     assert int(consts["VERSION"], 0) == VERSION
     assert int(consts["PS_WORKER_ID"], 0) == PS_WORKER_ID
+
+
+# ---------------------------------------------------------------------------- rule
+
+
+def _p4_condition(expr: str, names: dict[str, object]) -> bool:
+    """A boolean P4 expression of names, fields, ==, !=, &, casts, &&, || and !, evaluated."""
+    python = re.sub(r"\((?:bit|int)<\d+>\)", "", expr).replace("&&", " and ")
+    python = re.sub(r"!(?!=)", " not ", python.replace("||", " or "))
+    return bool(eval(python, {"__builtins__": {}}, names))
+
+
+def _local(text: str, name: str) -> str:
+    return " ".join(re.search(rf"\bbool\s+{name}\s*=\s*([^;]+);", text)[1].split())
+
+
+def _rule_takes_as_side(policy: Policy, resend: bool, raw: bool, exponent: int) -> bool:
+    """Whether rule.process keeps a contribution out of its own PARTIAL sum (the sender is
+    not in it yet): RAW_BYPASS or FLUSHED instead of AGGREGATED."""
+    cfg = JobConfig(1, policy, fan_in=3, part_size=1, mcast_group=1, ps_port=9)
+    regs = Registers(1, 0)
+    process(regs, Packet(Kind.GRADIENT, 1, worker=0, fan_in=3, bitmap=1), {1: cfg})
+    flags = (Flag.RESEND if resend else Flag.NONE) | (Flag.RAW_FLOAT if raw else Flag.NONE)
+    pkt = Packet(Kind.GRADIENT, 1, worker=1, fan_in=3, bitmap=2, flags=flags, exponent=exponent)
+    outcome = process(regs, pkt, {1: cfg}).outcome
+    assert outcome in (Outcome.AGGREGATED, Outcome.RAW_BYPASS, Outcome.FLUSHED), outcome
+    return outcome != Outcome.AGGREGATED
+
+
+@pytest.mark.parametrize(("policy", "rule_file"), [
+    (Policy.STATIC, "static_rule.p4"),
+    (Policy.ATP, "shared_rule.p4"),
+    (Policy.ESA, "shared_rule.p4"),
+])  # fmt: skip
+def test_on_partial_keeps_out_of_the_sum_what_the_rule_keeps_out(
+    source: str, policy: Policy, rule_file: str
+) -> None:
+    # rule._on_partial: `_is_side(...) or (resend and flushed_state == _FREE)`. OnPartial's
+    # `side` is evaluated with the flushed_state its caller passes, against rule.process.
+    on_partial = _strip_comments((INCLUDE_DIR / "on_partial.p4").read_text())
+    caller = _strip_comments((INCLUDE_DIR / rule_file).read_text())
+    constants = {
+        name: int(value, 0)
+        for name, value in re.findall(r"const\s+bit<\d+>\s+(\w+)\s*=\s*(\w+)\s*;", source)
+    }
+    flushed_state = constants[re.search(r"on_partial\.apply\(hdr,\s*meta,\s*(\w+)\)", caller)[1]]
+    held = SimpleNamespace(exponent=0)
+    for resend, raw, exponent in itertools.product((False, True), (False, True), (0, 1)):
+        flags = (int(Flag.RESEND) if resend else 0) | (int(Flag.RAW_FLOAT) if raw else 0)
+        names: dict[str, object] = {
+            **constants,
+            "hdr": SimpleNamespace(agg=SimpleNamespace(flags=flags, exponent=exponent)),
+            "meta": SimpleNamespace(held=held),
+            "flushed_state": flushed_state,
+        }
+        for local in ("resend", "shared_pool", "side"):
+            if re.search(rf"\bbool\s+{local}\s*=", on_partial):
+                names[local] = _p4_condition(_local(on_partial, local), names)
+        want = _rule_takes_as_side(policy, resend, raw, exponent)
+        assert names["side"] == want, (policy.name, f"resend={resend} raw={raw} exp={exponent}")
 
 
 # ---------------------------------------------------------------------------- build
