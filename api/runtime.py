@@ -20,6 +20,7 @@ from p4ctl.backend import (
     SwitchBackend,
     SwitchCounters,
     counters_from,
+    occupancy_from,
 )
 from p4ctl.pipeline import Pipeline
 from sqlalchemy import Engine
@@ -179,8 +180,7 @@ class EmbeddedSwitch:
         return set(self._client.installed_jobs())
 
     def occupancy(self) -> Occupancy:
-        regs = self._pipeline.registers
-        return Occupancy(job=tuple(regs.agg_job), state=tuple(regs.agg_state))
+        return occupancy_from(self._pipeline.registers)
 
     def counters(self) -> SwitchCounters:
         return counters_from(self._pipeline.job_packets, self._pipeline.drop_packets)

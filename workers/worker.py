@@ -61,6 +61,9 @@ _verdict.addHandler(_CurrentStderr())
 EXIT_CANCELLED = 3
 EXIT_TIMEOUT = 4
 EXIT_JOIN = 5
+# How long a worker that finished waits for its last progress report to reach the service
+# (it may be restarting); the service fails a job whose workers are silent for 60 s.
+FINAL_REPORT_S = 120.0
 
 
 def model_cost(model: str) -> tuple[int, float] | None:
@@ -82,6 +85,9 @@ class Reporter:
 
     A 409 answer means the job has ended: `cancelled` is set, with the service's detail, and
     `on_cancel` runs (the worker closes its client, so a blocked allreduce returns at once).
+    A progress report the service did not get (it is restarting) is kept and sent again with
+    the next heartbeat; `deliver` waits, bounded, for the last one, so a job whose workers
+    finish while the service is down still finishes when it is back.
     """
 
     def __init__(self, service: str, join: WorkerJoin, token: str, on_cancel: object) -> None:
@@ -92,16 +98,21 @@ class Reporter:
         self._interval = join.heartbeat_interval_s
         self._on_cancel = on_cancel
         self.cancelled: str | None = None
+        self._lock = threading.Lock()
+        self._sending = threading.Lock()
+        self._unsent: dict[str, int] | None = None  # the latest progress not yet delivered
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="inasched-heartbeat", daemon=True)
         self._thread.start()
 
-    def _post(self, path: str, body: dict[str, int] | None = None) -> None:
+    def _post(self, path: str, body: dict[str, int] | None = None) -> bool:
+        """POST to this worker's resource; whether the service took it (no transport error,
+        no 5xx: a 409 is taken too, it says the job ended)."""
         try:
             response = self._http.post(self._base + path, json=body or {})
         except httpx.HTTPError as exc:  # a service restart must not stop training
             log.warning("%s failed: %s", path, exc)
-            return
+            return False
         if response.status_code == 409 and self.cancelled is None:
             try:
                 self.cancelled = str(response.json().get("state", "ended"))
@@ -109,9 +120,26 @@ class Reporter:
                 self.cancelled = "ended"
             if callable(self._on_cancel):
                 self._on_cancel()
+        return response.status_code < 500
+
+    def _send_unsent(self) -> bool:
+        """Send the latest undelivered progress, if any; whether none is left. One thread at
+        a time, so the heartbeat thread never sends the report the caller is sending."""
+        with self._sending:
+            with self._lock:
+                body = self._unsent
+            if body is None:
+                return True
+            if not self._post("/progress", body):
+                return False
+            with self._lock:
+                if self._unsent is body:  # else a newer report came meanwhile
+                    self._unsent = None
+                return self._unsent is None
 
     def _beat(self) -> None:
         while not self._stop.wait(self._interval):
+            self._send_unsent()
             self._post("/heartbeat")
 
     def progress(self, iterations_done: int, client: AllreduceClient) -> None:
@@ -121,7 +149,20 @@ class Reporter:
             "bytes_switch": stats.bytes_switch,
             "bytes_ps": stats.bytes_ps,
         }
-        self._post("/progress", body)
+        with self._lock:
+            self._unsent = body
+        self._send_unsent()
+
+    def deliver(self, timeout_s: float) -> bool:
+        """Wait until the last progress report reached the service (at most `timeout_s`);
+        whether it did. Heartbeats go on meanwhile, so the job stays alive."""
+        deadline = time.monotonic() + timeout_s
+        while not self._send_unsent():
+            if self.cancelled is not None or time.monotonic() >= deadline:
+                log.warning("the last progress report did not reach the service")
+                return False
+            time.sleep(self._interval)
+        return True
 
     def close(self) -> None:
         self._stop.set()
@@ -238,6 +279,8 @@ def _run(args: argparse.Namespace) -> int:
                 if reporter.cancelled:
                     raise JobCancelled(join_info.job_id, reporter.cancelled)
                 reporter.progress(it + 1, client)
+        if reporter is not None:
+            reporter.deliver(FINAL_REPORT_S)
     finally:
         if reporter is not None:
             reporter.close()

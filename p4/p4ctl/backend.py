@@ -262,9 +262,7 @@ class InMemorySwitch:
         return set(self.pipeline.jobs)
 
     def occupancy(self) -> Occupancy:
-        regs = self.pipeline.registers
-        # map(int): on the compiled data path the registers are numpy arrays.
-        return Occupancy(job=tuple(map(int, regs.agg_job)), state=tuple(map(int, regs.agg_state)))
+        return occupancy_from(self.pipeline.registers)
 
     def counters(self) -> SwitchCounters:
         pipe = self.pipeline
@@ -287,6 +285,12 @@ class InMemorySwitch:
         for port in self._ports.release_unused(used):
             pipe.endpoints.pop(port, None)
         pipe.endpoints.update(self._ports.by_port)
+
+
+def occupancy_from(regs: Registers) -> Occupancy:
+    """`Occupancy` of a pipeline's registers (lists, or the numpy arrays of the compiled data
+    path: the answer holds plain ints either way, as JSON needs)."""
+    return Occupancy(job=tuple(map(int, regs.agg_job)), state=tuple(map(int, regs.agg_state)))
 
 
 def counters_from(job_packets: Mapping[str, Cells], drops: Cells) -> SwitchCounters:
