@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from p4ctl.backend import Endpoint, JobInstall
 from p4ctl.client import SwitchClient
-from p4ctl.engine import DATAPATH_ENV
 from p4ctl.protocol import Policy
 from p4ctl.softswitch import SoftSwitch
 
@@ -111,18 +110,10 @@ class Rig:
         return made
 
 
-@pytest.fixture(params=["engine", "python"])
-def datapath(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each data path of ``p4ctl.engine`` in turn, for everything the test starts (switch,
-    PS, clients, worker processes), through ``INASCHED_DATAPATH``."""
-    monkeypatch.setenv(DATAPATH_ENV, request.param)
-    return str(request.param)
-
-
 @pytest.fixture
 def make_rig(datapath: str) -> Iterator[Callable[..., Rig]]:
-    """A factory of rigs (`SoftSwitch` keyword arguments), on each data path (`datapath`);
-    everything is closed at teardown."""
+    """A factory of rigs (`SoftSwitch` keyword arguments), on each data path (`datapath`, from
+    tests/conftest.py); everything is closed at teardown."""
     made: list[tuple[SoftSwitch, SwitchClient, ParameterServer]] = []
 
     def make(*, ps_idle_timeout_s: float = 60.0, **switch_kwargs: Any) -> Rig:

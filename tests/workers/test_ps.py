@@ -9,7 +9,6 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from p4ctl.engine import DATAPATH_ENV
 from p4ctl.protocol import PS_WORKER_ID, Flag, Kind, Packet, Policy, decode, encode
 
 from workers.ps import ParameterServer
@@ -18,11 +17,8 @@ LANES = 64
 GUARD_S = 30.0
 
 
-@pytest.fixture(autouse=True, params=["engine", "python"])
-def datapath(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every PS a test makes serves on this data path (as ``INASCHED_DATAPATH`` selects it)."""
-    monkeypatch.setenv(DATAPATH_ENV, request.param)
-    return str(request.param)
+# Every test on each data path (the `datapath` fixture of tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("datapath")
 
 
 @pytest.fixture
