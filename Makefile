@@ -20,8 +20,9 @@ run: $(BIN)/.installed
 test: $(BIN)/.installed
 	$(BIN)/pytest
 
+# ruff and mypy --strict on the library packages (pyproject.toml's [tool.mypy] files); .ci/run runs it.
 lint: $(BIN)/.installed
-	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
 
 p4info: $(BIN)/.installed
 	$(BIN)/python -m p4ctl.p4info --write p4/build/inasched.p4info.txtpb

@@ -169,7 +169,7 @@ def _switch_cap(pps: float, duty: Vec, demand: Vec, packets: Vec, per_frag: Vec)
     mean = np.divide(load, busy, out=np.zeros(count), where=busy > 0)
     k = np.arange(count)[None, :]
     left = np.maximum(pps - k * mean[:, None], pps / (k + 1))
-    share = np.sum(dist * np.minimum(demand[:, None], left), axis=1)
+    share: Vec = np.sum(dist * np.minimum(demand[:, None], left), axis=1)
     return share / per_frag
 
 

@@ -440,7 +440,10 @@ class ParameterServer:
         if outcome == "stale" or outcome == "overflow":
             return self._drop(outcome)
         self._outcomes[outcome] = self._outcomes.get(outcome, 0) + 1  # a Counter's += is slower
-        return (encode(accepted.reply), job.switch) if accepted.reply is not None else None
+        switch = job.switch  # _handle sets it before any packet of the job is accepted
+        if accepted.reply is None or switch is None:
+            return None
+        return encode(accepted.reply), switch
 
     def _sweep(self, now: float) -> None:
         with self._lock:
