@@ -178,6 +178,8 @@ class AllreduceClient:
         self.join = join
         self.options = options or ClientOptions()
         self.datapath = engine.resolve_datapath(datapath)
+        # The engine path quantizes and dequantizes in compiled code too (`Transfer.codec`).
+        self._codec = engine.engine_module() if self.datapath == "engine" else None
         self._sock = sock or open_socket(join.data_host or "127.0.0.1", join.data_port or 0)
         self._sock.setblocking(False)
         self._wake_r, self._wake_w = socket.socketpair()
@@ -237,6 +239,7 @@ class AllreduceClient:
                 self._next_seq,
                 self.join.fan_in,
                 self._last_by_key.get(full_key),
+                self._codec,
             )
             self._last_by_key[full_key] = transfer
             self._next_seq += transfer.fragments

@@ -43,6 +43,7 @@ __all__ = [
     "Quantized",
     "dequantize",
     "error_bound",
+    "exponents_from_peaks",
     "next_exponents",
     "quantize",
     "scale_bits",
@@ -112,7 +113,14 @@ def next_exponents(
     because one worker's value may exceed the sum when others cancel it. A fragment whose sum is
     all zero or not finite keeps `previous`.
     """
-    peak = np.abs(result).max(axis=1).astype(np.float64)
+    return exponents_from_peaks(np.abs(result).max(axis=1), previous)
+
+
+def exponents_from_peaks(
+    peaks: npt.NDArray[np.float32], previous: npt.NDArray[np.int8]
+) -> npt.NDArray[np.int8]:
+    """`next_exponents` from each fragment's largest ``|sum|`` (NaN where a lane is NaN)."""
+    peak = peaks.astype(np.float64)
     _, power = np.frexp(peak)  # peak < 2**power
     usable = np.isfinite(peak) & (peak > 0)
     chosen = np.clip(power + 1, MIN_EXPONENT, MAX_EXPONENT)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Hashable
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 import numpy.typing as npt
@@ -32,7 +33,7 @@ from p4ctl.protocol import (
     Kind,
 )
 
-from workers.quant import DEFAULT_EXPONENT, next_exponents, scale_bits
+from workers.quant import DEFAULT_EXPONENT, exponents_from_peaks, next_exponents, scale_bits
 from workers.rendezvous import HashedPlacement, Placement
 
 __all__ = ["Sender", "Transfer", "locate_many", "quantize_into"]
@@ -125,8 +126,12 @@ class Transfer:
         first_seq: int,
         fan_in: int,
         previous: Transfer | None,
+        codec: ModuleType | None = None,
     ) -> None:
         self.size = data.size
+        # The compiled codec (``p4ctl._engine``: `quantize_rows`, `dequantize_rows`) on the
+        # engine data path; None: the numpy code below, which it is held to byte for byte.
+        self.codec = codec
         self.key = key
         self.k = lanes
         self.fan_in = fan_in
@@ -216,10 +221,17 @@ class Transfer:
         body = rows[:, HEADER_SIZE:].view(LANE_DTYPE)
         exps = self.exponents[lo:hi]
         frags = self.padded[lo:hi]
-        raw = quantize_into(frags, exps, self.fan_in, body)
-        if raw.any():
-            # Values that do not fit travel as float32 bits, flagged RAW_FLOAT.
-            body[raw] = frags[raw].astype(RAW_DTYPE).view(LANE_DTYPE)
+        if self.codec is not None:
+            raw = np.empty(hi - lo, np.bool_)
+            shift = scale_bits(self.fan_in)
+            self.codec.quantize_rows(
+                frags, hi - lo, self.k, exps, shift, rows, self._row, HEADER_SIZE, raw
+            )
+        else:
+            raw = quantize_into(frags, exps, self.fan_in, body)
+            if raw.any():
+                # Values that do not fit travel as float32 bits, flagged RAW_FLOAT.
+                body[raw] = frags[raw].astype(RAW_DTYPE).view(LANE_DTYPE)
         seqs = np.arange(self.first_seq + lo, self.first_seq + hi, dtype=np.int64)
         index, shadow = locate_many(sender.placement, sender.job, seqs)
         head["version"] = VERSION
@@ -310,9 +322,15 @@ class Transfer:
             if self.exponents is not None
             else np.full(self.fragments, DEFAULT_EXPONENT, np.int8)
         )
-        chosen = np.empty(self.fragments, np.int8)
         shift = scale_bits(self.fan_in)
         raw = self._sum_raw
+        if self.codec is not None:  # the same, in one pass per fragment
+            peaks = np.empty(self.fragments, np.float32)
+            m, k = self.fragments, self.k
+            self.codec.dequantize_rows(sums, m, k, self._sum_exponent, raw, shift, self.out, peaks)
+            self.next_exponents = exponents_from_peaks(peaks, previous)
+            return
+        chosen = np.empty(self.fragments, np.int8)
         for lo in range(0, self.fragments, _DEQUANT_CHUNK):
             hi = min(lo + _DEQUANT_CHUNK, self.fragments)
             powers = self._sum_exponent[lo:hi] - shift
@@ -320,8 +338,9 @@ class Transfer:
             if powers.size and powers.min() >= _F32_MIN_POWER and powers.max() <= _F32_MAX_POWER:
                 out[:] = sums[lo:hi]
                 out *= np.ldexp(np.float32(1.0), powers.astype(np.int32))[:, None]
-            else:
-                out[:] = sums[lo:hi].astype(np.float64) * np.ldexp(1.0, powers)[:, None]
+            else:  # only a foreign sender's exponent gets here: past float32's range is inf
+                with np.errstate(over="ignore"):
+                    out[:] = sums[lo:hi].astype(np.float64) * np.ldexp(1.0, powers)[:, None]
             floats = np.flatnonzero(raw[lo:hi])
             if floats.size:
                 out[floats] = sums[lo:hi][floats].view(RAW_DTYPE)

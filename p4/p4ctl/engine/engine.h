@@ -46,6 +46,12 @@ typedef struct {
     int64_t *sizes, *addrs;
 } Emitted;
 
+/* codec.c: the worker's fragment codec (`workers.transfer`). */
+void engine_quantize(const float *frags, Py_ssize_t m, Py_ssize_t k, const int8_t *exponents,
+                     int shift, uint8_t *rows, Py_ssize_t stride, uint8_t *raw);
+void engine_dequantize(const uint8_t *sums, Py_ssize_t m, Py_ssize_t k, const int64_t *exponents,
+                       const uint8_t *raw, int shift, float *out, float *peak);
+
 /* switch_pass.c: one packet pass (`Pipeline.handle`) per datagram. */
 void engine_handle(SwitchState *s, const uint8_t *data, int64_t size, int64_t source,
                    int lost, Emitted *out);

@@ -11,6 +11,8 @@
  *                   grp_ports, widest_group)
  *       .process(rows, stride, sizes, addrs, start, count, lost, out_rows, out_sizes,
  *                out_addrs) -> (next, emitted)
+ *   quantize_rows(frags, m, k, exponents, shift, rows, stride, offset, raw)
+ *   dequantize_rows(sums, m, k, exponents, raw, shift, out, peak)
  */
 #include <errno.h>
 #include <string.h>
@@ -374,11 +376,96 @@ static PyTypeObject SwitchEngineType = {
     .tp_methods = engine_methods,
 };
 
+/* ------------------------------------------------------------------ fragment codec */
+
+static PyObject *
+quantize_rows(PyObject *self, PyObject *args)
+{
+    PyObject *frags_obj, *exps_obj, *rows_obj, *raw_obj;
+    Py_ssize_t m, k, stride, offset;
+    int shift;
+    if (!PyArg_ParseTuple(args, "OnnOiOnnO", &frags_obj, &m, &k, &exps_obj, &shift, &rows_obj,
+                          &stride, &offset, &raw_obj))
+        return NULL;
+    if (m < 0 || k < 1 || offset < 0 || stride < offset + 4 * k) {
+        PyErr_SetString(PyExc_ValueError, "quantize_rows: bad shape");
+        return NULL;
+    }
+    Py_buffer frags, exps, rows, raw;
+    PyObject *result = NULL;
+    if (view_of(frags_obj, &frags, 4, m * k, 0, "frags") < 0)
+        return NULL;
+    if (view_of(exps_obj, &exps, 1, m, 0, "exponents") < 0)
+        goto r0;
+    if (view_of(rows_obj, &rows, 1, m ? (m - 1) * stride + offset + 4 * k : 0, 1, "rows") < 0)
+        goto r1;
+    if (view_of(raw_obj, &raw, 1, m, 1, "raw") < 0)
+        goto r2;
+    Py_BEGIN_ALLOW_THREADS
+    engine_quantize(frags.buf, m, k, exps.buf, shift, (uint8_t *)rows.buf + offset, stride,
+                    raw.buf);
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+    PyBuffer_Release(&raw);
+r2:
+    PyBuffer_Release(&rows);
+r1:
+    PyBuffer_Release(&exps);
+r0:
+    PyBuffer_Release(&frags);
+    return result;
+}
+
+static PyObject *
+dequantize_rows(PyObject *self, PyObject *args)
+{
+    PyObject *sums_obj, *exps_obj, *raw_obj, *out_obj, *peak_obj;
+    Py_ssize_t m, k;
+    int shift;
+    if (!PyArg_ParseTuple(args, "OnnOOiOO", &sums_obj, &m, &k, &exps_obj, &raw_obj, &shift,
+                          &out_obj, &peak_obj))
+        return NULL;
+    if (m < 0 || k < 1) {
+        PyErr_SetString(PyExc_ValueError, "dequantize_rows: bad shape");
+        return NULL;
+    }
+    Py_buffer sums, exps, raw, out, peak;
+    PyObject *result = NULL;
+    if (view_of(sums_obj, &sums, 4, m * k, 0, "sums") < 0)
+        return NULL;
+    if (view_of(exps_obj, &exps, 8, m, 0, "exponents") < 0)
+        goto r0;
+    if (view_of(raw_obj, &raw, 1, m, 0, "raw") < 0)
+        goto r1;
+    if (view_of(out_obj, &out, 4, m * k, 1, "out") < 0)
+        goto r2;
+    if (view_of(peak_obj, &peak, 4, m, 1, "peak") < 0)
+        goto r3;
+    Py_BEGIN_ALLOW_THREADS
+    engine_dequantize(sums.buf, m, k, exps.buf, raw.buf, shift, out.buf, peak.buf);
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+    PyBuffer_Release(&peak);
+r3:
+    PyBuffer_Release(&out);
+r2:
+    PyBuffer_Release(&raw);
+r1:
+    PyBuffer_Release(&exps);
+r0:
+    PyBuffer_Release(&sums);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"enable_gro", enable_gro, METH_VARARGS, "Turn on UDP_GRO on a socket; False if unsupported."},
     {"recv_burst", recv_burst, METH_VARARGS, "Receive a burst of datagrams into fixed rows."},
     {"send_burst", (PyCFunction)(void (*)(void))send_burst, METH_VARARGS | METH_KEYWORDS,
      "Send rows as a burst, segmenting runs to one destination with GSO."},
+    {"quantize_rows", quantize_rows, METH_VARARGS,
+     "Fragments to big-endian fixed-point lanes in datagram rows (workers.transfer)."},
+    {"dequantize_rows", dequantize_rows, METH_VARARGS,
+     "Big-endian sums to float32 values and each row's peak |value| (workers.transfer)."},
     {NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "p4ctl._engine",
