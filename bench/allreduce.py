@@ -67,6 +67,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from p4ctl.protocol import SUPPORTED_LANES
 
 from bench.dataplane import datapath_env
 
@@ -81,6 +82,8 @@ POOL = 4096
 WINDOW = 64
 SIZES_MB = (4, 64)
 WORKERS = (2, 4)
+# k: the most a hardware pass has of the soft switch's usual sizes, and the widest it takes.
+LANES = (256, 1024)
 DATAPATHS = ("engine", "python")
 # The Python data path's 3-9 MB/s: more repetitions of its 64 MB cases take minutes.
 PYTHON_REPS = 1
@@ -314,7 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true", help="--reps on the Python path too")
     parser.add_argument("--policies", default="esa,static", help="comma-separated")
     parser.add_argument("--datapaths", default=",".join(DATAPATHS), help="comma-separated")
-    parser.add_argument("--lanes", type=int, default=256, choices=[64, 128, 256])
+    parser.add_argument(
+        "--lanes",
+        default=",".join(map(str, LANES)),
+        help=f"comma-separated k, of {', '.join(map(str, SUPPORTED_LANES))}",
+    )
     parser.add_argument("--reps", type=int, default=3, help="repetitions per case (engine)")
     parser.add_argument("--window", type=int, default=WINDOW, help="fragments in flight")
     parser.add_argument("--sizes", default=",".join(map(str, SIZES_MB)), help="MB, e.g. 4,64")
@@ -327,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(datapaths) - set(DATAPATHS)
     if unknown:
         parser.error(f"unknown data path(s) {sorted(unknown)}: expected {', '.join(DATAPATHS)}")
+    lanes_list = [int(x) for x in args.lanes.split(",") if x]
+    if set(lanes_list) - set(SUPPORTED_LANES):
+        parser.error(f"--lanes: each must be one of {', '.join(map(str, SUPPORTED_LANES))}")
     sizes = [float(x) for x in args.sizes.split(",") if x]
     workers = [int(x) for x in args.workers.split(",") if x]
     cases = [(sizes[0], workers[0])] if args.quick else [(s, n) for s in sizes for n in workers]
@@ -343,10 +353,10 @@ def main(argv: list[str] | None = None) -> int:
         gloo_runs = run_gloo(n, size, reps)
         gloo = float(statistics.median(gloo_runs))
         for policy in policies:
-            for datapath in datapaths:
+            for datapath, lanes in [(d, k) for d in datapaths for k in lanes_list]:
                 runs = python_reps if datapath == "python" else reps
-                timing = run_inasched(n, size, runs, policy, args.lanes, datapath, args.window)
-                setting = (size_mb, n, policy, datapath, args.lanes, args.window)
+                timing = run_inasched(n, size, runs, policy, lanes, datapath, args.window)
+                setting = (size_mb, n, policy, datapath, lanes, args.window)
                 rows.append(_case(*setting, timing, gloo))
                 print(_line(rows[-1]), flush=True)
     print(_ratios(rows), flush=True)
@@ -393,7 +403,7 @@ def _case(
 
 def _header() -> str:
     return (
-        f"{'size':>5} {'wrk':>3} {'policy':>6} {'datapath':>8} {'reps':>4} "
+        f"{'size':>5} {'wrk':>3} {'policy':>6} {'datapath':>8} {'k':>4} {'reps':>4} "
         f"{'inasched MB/s [min-max]':>25} {'gloo MB/s':>9} {'/gloo':>6} {'err/bound':>9} "
         f"{'same':>4}"
     )
@@ -404,20 +414,21 @@ def _line(r: dict[str, Any]) -> str:
     spread = f"[{r['size_mb'] / slowest:.1f}-{r['size_mb'] / fastest:.1f}]"
     return (
         f"{r['size_mb']:>3g}MB {r['workers']:>3} {r['policy']:>6} {r['datapath']:>8} "
-        f"{r['reps']:>4} {r['inasched_MBps']:>10.1f} {spread:>14} {r['gloo_MBps']:>9.1f} "
+        f"{r['lanes']:>4} {r['reps']:>4} {r['inasched_MBps']:>10.1f} {spread:>14} "
+        f"{r['gloo_MBps']:>9.1f} "
         f"{r['ratio']:>6.3f} {r['worst_error']:>9.3f} {'yes' if r['identical'] else 'NO':>4}"
     )
 
 
 def _ratios(rows: list[dict[str, Any]]) -> str:
-    """engine / python goodput wherever both ran."""
-    by = {(r["size_mb"], r["workers"], r["policy"], r["datapath"]): r for r in rows}
+    """engine / python goodput wherever both ran at one k."""
+    by = {(r["size_mb"], r["workers"], r["policy"], r["datapath"], r["lanes"]): r for r in rows}
     lines = []
-    for (size_mb, n, policy, datapath), r in by.items():
-        python = by.get((size_mb, n, policy, "python"))
+    for (size_mb, n, policy, datapath, k), r in by.items():
+        python = by.get((size_mb, n, policy, "python", k))
         if datapath == "engine" and python is not None:
             lines.append(
-                f"engine/python, {size_mb} MB, {n} workers, {policy}: "
+                f"engine/python, {size_mb} MB, {n} workers, {policy}, k={k}: "
                 f"{r['inasched_MBps'] / python['inasched_MBps']:.1f}x"
             )
     return "\n".join(lines)

@@ -108,7 +108,7 @@ log = logging.getLogger(__name__)
 # The PS address of the benchmark's job: a static job with no loss never sends to it.
 NO_PS = Endpoint("127.0.0.1", 9)
 SENDER_COUNTS = (2, 4, 8)
-LANES = (64, 256)
+LANES = (64, 256, 1024)  # k=1,024: the widest the soft switch takes (loopback)
 QUICK_DIVISOR = 8
 # The pass alone: a burst of BURST_SLOTS rows is 256 seqs of 4 workers, one seq per slot.
 PASS_WINDOW = 256

@@ -95,7 +95,7 @@ _ESA = Policy.ESA
 # A row of the engine path's bursts: the longest datagram any switch sends. A longer one is
 # cut to this, and dropped by its real length.
 _ROW_BYTES = HEADER_SIZE + 4 * max(SUPPORTED_LANES)
-# Rows of a burst. `Burst.recv` reads slots // (65536 // _ROW_BYTES) = 16 messages a call, and
+# Rows of a burst. `Burst.recv` reads slots // (65536 // _ROW_BYTES) = 68 messages a call, and
 # a GRO message holds at most 64 datagrams from a sender that segments as the engine does (a
 # NIC's GRO stops at 64 too), so a burst always has room for them; a sender segmenting more
 # (the kernel allows 128) can overfill one, and what has no row is counted as burst_full.

@@ -28,7 +28,7 @@ __all__ = ["DataPlane", "send_order"]
 
 log = logging.getLogger(__name__)
 
-# Largest datagram we read: header + 256 lanes is 1,048 bytes; anything longer is malformed,
+# Largest datagram we read: header + 1,024 lanes is 4,120 bytes; anything longer is malformed,
 # but we read it whole so that it is counted as BAD_LENGTH rather than truncated into a
 # plausible packet.
 MAX_DATAGRAM = 65535

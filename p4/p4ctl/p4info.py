@@ -25,6 +25,7 @@ __all__ = [
     "COMMITTED_P4INFO",
     "DEFAULT_AGGREGATORS",
     "DEFAULT_LANES",
+    "MAX_AGGREGATORS",
     "MAX_PORTS",
     "PORT_BITS",
     "Sizing",
@@ -36,6 +37,12 @@ __all__ = [
 # ATP's Tofino prototype fits about 20,000 aggregators of 62 lanes; we round to 20,480 of 64.
 DEFAULT_AGGREGATORS = 20480
 DEFAULT_LANES = 64
+# The most a soft switch or the service accepts: the lanes alone take aggregators x lanes x 4
+# bytes (128 MiB at 256 lanes), and the service reads every aggregator's state each tick.
+MAX_AGGREGATORS = 131072
+# The lane registers of a soft switch, at most: 128 MiB whatever k (at 1,024 lanes that is
+# 32,768 aggregators).
+MAX_LANE_CELLS = MAX_AGGREGATORS * 256
 # v1model ports are 9 bits wide; port 511 is BMv2's drop port.
 PORT_BITS = 9
 MAX_PORTS = 511

@@ -83,8 +83,11 @@ assert HEADER_DTYPE.itemsize == HEADER_SIZE
 LANE_DTYPE = np.dtype(">i4")
 RAW_DTYPE = np.dtype(">f4")
 
-# Tofino's register ALUs give 64 lanes of 32 bits per pass; a software target can afford more.
-SUPPORTED_LANES = (64, 128, 256)
+# Tofino's register ALUs give 64 lanes of 32 bits per pass (the default everywhere). A software
+# switch can afford more, and more lanes carry more bytes per datagram: 512 and 1,024 lanes
+# (2,072- and 4,120-byte datagrams) are for loopback and jumbo-frame links, since a datagram
+# longer than a link's MTU travels as IP fragments.
+SUPPORTED_LANES = (64, 128, 256, 512, 1024)
 
 # The contributor bitmap is one 32-bit register per aggregator, so a job has at most 32 workers
 # (the largest Philly job in the shipped trace has 32 GPUs).

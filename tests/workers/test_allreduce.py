@@ -114,3 +114,27 @@ def test_concurrent_buckets_do_not_mix(make_rig: Any) -> None:
 def test_scale_bits_leave_room_for_an_n_way_sum() -> None:
     for n in range(1, 33):
         assert n * 2 ** scale_bits(n) <= 2**30
+
+
+@pytest.mark.parametrize("lanes", [512, 1024])
+@pytest.mark.parametrize("policy", list(Policy), ids=lambda p: p.name.lower())
+def test_allreduce_with_wide_software_lanes(
+    make_rig: Any, run_all: Any, policy: Policy, lanes: int
+) -> None:
+    """k=512 and 1,024 (2,072- and 4,120-byte datagrams, loopback only) give the same bounded,
+    identical sums, with loss, through the switch and the PS on each data path."""
+    rig = make_rig(aggregators=256, lanes=lanes, drop_rate=0.01, seed=lanes)
+    static = {"part_size": 16} if policy == Policy.STATIC else {}
+    rig.install(4, 3, policy, **static)
+    clients = rig.clients(4, 3, policy, **static)
+    try:
+        xs = inputs(3, seed=lanes)
+        xs[1][5] = 1e6  # a fragment that does not fit its exponent: raw floats via the PS
+        got = run_all(clients, xs, key="wide")
+        assert_within_bound(got, xs, DEFAULT_EXPONENT)
+        assert all(
+            c.stats().results_switch + c.stats().results_ps == -(-SIZE // lanes) for c in clients
+        )
+    finally:
+        for c in clients:
+            c.close()
