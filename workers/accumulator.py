@@ -159,6 +159,8 @@ class JobLedger:
         self.policy = policy
         self.max_results = max_results
         self.open: dict[int, FragmentSum] = {}
+        # A result as sent (PS_RESULT), or an esa copy (TO_PS) that `_result` turns into one
+        # when a resend first asks for it: most copies are never asked for.
         self.results: OrderedDict[int, Packet] = OrderedDict()
         self.max_seen = [-1] * fan_in
         self.forgotten = -1  # every seq at or below this is forgotten
@@ -168,7 +170,7 @@ class JobLedger:
         self._saw(pkt.bitmap, pkt.seq)
         stored = self.results.get(pkt.seq)
         if stored is not None:
-            return Accepted("answered", stored)
+            return Accepted("answered", self._result(stored))
         if pkt.seq <= self.forgotten:
             return Accepted("stale")
         frag = self.open.get(pkt.seq)
@@ -201,27 +203,48 @@ class JobLedger:
         *,
         awaited: bool = False,
     ) -> Accepted:
-        flags = _RAW_RESULT_FLAGS if raw else _RESULT_FLAGS
-        result = Packet(
+        # The workers have an esa copy's sum already: the PS only keeps it for resends
+        # (unless one `awaited` it), as it came.
+        if not awaited and is_esa_copy(self.policy, self.fan_in, pkt):
+            self.results[pkt.seq] = pkt
+            self._forget()
+            return Accepted("stored")
+        result = self._as_result(pkt, exponent, lanes, raw)
+        self.results[pkt.seq] = result
+        self._forget()
+        return Accepted("completed", result)
+
+    def _result(self, stored: Packet) -> Packet:
+        """The PS_RESULT of a stored result: itself, or the one an esa copy stands for."""
+        if stored.kind == Kind.PS_RESULT:
+            return stored
+        raw = bool(int(stored.flags) & _RAW_FLOAT)
+        result = self.results[stored.seq] = self._as_result(
+            stored, stored.exponent, stored.lanes, raw
+        )
+        return result
+
+    def _as_result(
+        self,
+        pkt: Packet,
+        exponent: int,
+        lanes: npt.NDArray[np.int32] | npt.NDArray[np.float32],
+        raw: bool,
+    ) -> Packet:
+        """The PS_RESULT of fragment ``pkt.seq`` with these lanes."""
+        return Packet(
             kind=Kind.PS_RESULT,
             job=self.job,
             worker=PS_WORKER_ID,
             fan_in=self.fan_in,
             agg_index=pkt.agg_index,
             seq=pkt.seq,
-            flags=flags,
+            flags=_RAW_RESULT_FLAGS if raw else _RESULT_FLAGS,
             shadow=pkt.shadow,
             exponent=exponent,
             bitmap=(1 << self.fan_in) - 1,
             lanes=lanes,
         )
-        self.results[pkt.seq] = result
-        self._forget()
-        # The workers have an esa copy's sum already: the PS only keeps it for resends
-        # (unless one `awaited` it).
-        if is_esa_copy(self.policy, self.fan_in, pkt) and not awaited:
-            return Accepted("stored")
-        return Accepted("completed", result)
 
     def _saw(self, bitmap: int, seq: int) -> None:
         for w in range(self.fan_in):
@@ -231,6 +254,8 @@ class JobLedger:
     def _forget(self) -> None:
         """Drop results every worker has, and the oldest ones past `max_results`."""
         floor = min(self.max_seen) - self.window
+        if floor <= self.forgotten and len(self.results) <= self.max_results:
+            return  # what is kept is above the floor already (accept refuses below it)
         if floor > self.forgotten:
             self.forgotten = floor
             for seq in [s for s in self.open if s <= floor]:

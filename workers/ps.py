@@ -95,11 +95,13 @@ _ESA = Policy.ESA
 # A row of the engine path's bursts: the longest datagram any switch sends. A longer one is
 # cut to this, and dropped by its real length.
 _ROW_BYTES = HEADER_SIZE + 4 * max(SUPPORTED_LANES)
-# Rows of a burst. `Burst.recv` reads slots // (65536 // _ROW_BYTES) = 68 messages a call, and
-# a GRO message holds at most 64 datagrams from a sender that segments as the engine does (a
-# NIC's GRO stops at 64 too), so a burst always has room for them; a sender segmenting more
-# (the kernel allows 128) can overfill one, and what has no row is counted as burst_full.
-_BURST_SLOTS = 1024
+# Rows of a burst: 64 GRO messages of at most 64 datagrams each (a sender that segments as the
+# engine does, or a NIC's GRO, stops at 64), so a burst always has room for what one receive
+# takes, whatever the datagrams' size; a sender segmenting more (the kernel allows 128) can
+# overfill one, and what has no row is counted as burst_full. With rows for k=1,024 that is
+# 16 MiB per PS. Replies leave in bursts of at most `_SEND_SLOTS`.
+_BURST_SLOTS = 64 * 64
+_SEND_SLOTS = 1024
 
 # A datagram to send and where to, or nothing.
 _Reply = tuple[bytes, tuple[str, int]] | None
@@ -138,10 +140,10 @@ class _BurstIO:
         self.burst.enable_gro(sock)
         self.rows = self.burst.rows.data.cast("B")
         self.next = self.held = 0
-        self.out = np.zeros((_BURST_SLOTS, _ROW_BYTES), np.uint8)
+        self.out = np.zeros((_SEND_SLOTS, _ROW_BYTES), np.uint8)
         self.out_rows = self.out.data.cast("B")
-        self.out_sizes = np.zeros(_BURST_SLOTS, np.int64)
-        self.out_addrs = np.zeros(_BURST_SLOTS, np.int64)
+        self.out_sizes = np.zeros(_SEND_SLOTS, np.int64)
+        self.out_addrs = np.zeros(_SEND_SLOTS, np.int64)
 
     def receive(self) -> int:
         """Refill the rows from the socket; returns the datagrams that had no row (the rows
@@ -158,9 +160,9 @@ class _BurstIO:
         """Send `replies` as bursts (each fits a row: it has the lanes of a datagram that did)."""
         packed_to: tuple[str, int] | None = None
         packed = 0
-        for first in range(0, len(replies), _BURST_SLOTS):
+        for first in range(0, len(replies), _SEND_SLOTS):
             count = 0
-            for data, addr in replies[first : first + _BURST_SLOTS]:
+            for data, addr in replies[first : first + _SEND_SLOTS]:
                 if addr != packed_to:
                     packed_to, packed = addr, pack_address(addr)
                 at = count * _ROW_BYTES

@@ -70,8 +70,8 @@ def send_segmented(sock: socket.socket, data: bytes, segment: int, addr: tuple[s
 
 
 def send_short_runs(sock: socket.socket, addr: tuple[str, int]) -> int:
-    """32 runs of 60 too-short datagrams (10 bytes); returns how many. A burst reads 16 runs
-    (960 rows), so a turn of 1,024 ends inside the second burst, which empties the socket."""
+    """32 runs of 60 too-short datagrams (10 bytes); returns how many. One burst reads them
+    all (1,920 rows), and a turn of 1,024 leaves 896 in the burst for the next turn."""
     for _ in range(32):
         send_segmented(sock, bytes(10 * 60), 10, addr)
     return 32 * 60
@@ -221,8 +221,8 @@ def test_oversize_datagrams_are_dropped_for_the_reason_decode_gives(
 def test_well_formed_datagrams_with_more_lanes_than_supported_are_bad_lanes_on_the_engine(
     idle_ps: ParameterServer, switch_sock: socket.socket
 ) -> None:
-    # The Python path would take a job of 300 lanes; the engine's rows end at 256.
-    switch_sock.sendto(to_ps(6, 0, 0b01, np.zeros(300, np.int32)), idle_ps.address)
+    # The Python path would take a job of 1,100 lanes; the engine's rows end at 1,024.
+    switch_sock.sendto(to_ps(6, 0, 0b01, np.zeros(1100, np.int32)), idle_ps.address)
     idle_ps._drain()
     counters = idle_ps.counters()
     assert (counters.received, counters.drops, counters.jobs) == (1, {"bad_lanes": 1}, frozenset())
@@ -257,11 +257,11 @@ def test_rows_left_in_a_burst_are_served_by_the_running_ps(switch_sock: socket.s
 def test_datagrams_a_burst_has_no_room_for_are_counted(
     idle_ps: ParameterServer, switch_sock: socket.socket
 ) -> None:
-    # 16 sends of 128 segments (a kernel's most, more than the engine's own senders use): one
-    # receive reads all 2,048, and the burst has 1,024 rows.
-    for _ in range(16):
+    # 64 sends of 128 segments (a kernel's most, more than the engine's own senders use): one
+    # receive reads all 8,192, and the burst has 4,096 rows.
+    for _ in range(64):
         send_segmented(switch_sock, bytes(10 * 128), 10, idle_ps.address)
     idle_ps._drain()
     counters = idle_ps.counters()
-    assert counters.received == 2048
-    assert counters.drops == {"bad_length": 1024, "burst_full": 1024}
+    assert counters.received == 8192 - 4096 + 1024  # a turn serves 1,024 of the rows held
+    assert counters.drops == {"bad_length": 1024, "burst_full": 4096}
