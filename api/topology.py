@@ -14,14 +14,15 @@ __all__ = ["PolicyConfig", "PsRegistry", "Topology"]
 
 
 class PsRegistry(Protocol):
-    """A PS that wants to know the jobs it serves (`workers.ps.ParameterServer` embedded)."""
+    """The PS the jobs are registered with: `workers.ps.ParameterServer` embedded, or
+    `workers.ps_control.RemotePs` for one of its own process (a PS serves no other job)."""
 
     def register_job(
         self,
         job_id: int,
         fan_in: int,
         *,
-        switch: tuple[str, int] | None = None,
+        switch: tuple[str, int],
         window: int | None = None,
         policy: str | None = None,
     ) -> None: ...

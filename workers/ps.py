@@ -9,13 +9,14 @@ aggregator. Completed results are kept to answer resends until every worker has 
 them (``workers.accumulator``); a job's whole state is freed by `remove_job` or after
 `idle_timeout_s` without packets.
 
-Learning jobs. A job's fan-in and k come from its packets' headers and its switch address from
-the source of its first packet; `register_job` (called by the service, which embeds a
-`ParameterServer`; or ``inasched ps --job ID:FAN_IN[:POLICY[:WINDOW]]``) pins them beforehand,
-and gives the two things a packet cannot tell: the workers' window (for forgetting results,
-default `DEFAULT_WINDOW`, conservatively large) and whether the policy is esa (whose switch
-already multicast a sum it completed, so the PS only stores it). With ``learn_jobs=False``
-only registered jobs are served.
+Jobs. The PS serves only the jobs the service registered, never one a packet names: a packet
+can claim any job, fan-in and source. `register_job` (called by the service, which embeds a
+`ParameterServer` or reaches a PS of its own process through ``workers.ps_control``; or
+``inasched ps --job ID:FAN_IN[:POLICY[:WINDOW]] --switch HOST:PORT`` at launch) gives the
+job's fan-in, the switch's data address (the only source whose packets are taken, and where
+results go), the workers' window (for forgetting results, default `DEFAULT_WINDOW`,
+conservatively large) and whether the policy is esa (whose switch already multicast a sum it
+completed, so the PS only stores it).
 
 Two queues. Every packet the PS receives is on a job's critical path (a worker waits for the
 sum) except esa's completion copies: the switch already multicast those sums, and the PS keeps
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import select
 import signal
 import socket
@@ -54,6 +56,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from p4ctl import engine
@@ -73,10 +76,19 @@ from p4ctl.protocol import (
 
 from workers.accumulator import JobLedger, is_esa_copy
 
-__all__ = ["DEFAULT_WINDOW", "MAX_QUEUED_COPIES", "ParameterServer", "PsCounters", "main"]
+__all__ = [
+    "DEFAULT_WINDOW",
+    "MAX_QUEUED_COPIES",
+    "SECRET_ENV",
+    "ParameterServer",
+    "PsCounters",
+    "main",
+]
 
 log = logging.getLogger(__name__)
 
+# The control channel's shared secret (``workers.ps_control``), when no --secret-file is given.
+SECRET_ENV = "INASCHED_PS_SECRET"
 # Unknown window: keep results until every worker is this many sequences past them. Larger
 # than any window the service hands out (W <= 1024 in-flight fragments), so never too early.
 DEFAULT_WINDOW = 1024
@@ -121,10 +133,9 @@ class PsCounters:
 @dataclass(slots=True)
 class _Job:
     fan_in: int
-    switch: tuple[str, int] | None
+    switch: tuple[str, int]
     window: int
     policy: Policy | None
-    registered: bool
     lanes: int | None = None
     ledger: JobLedger | None = None
     last_active: float = field(default_factory=time.monotonic)
@@ -189,12 +200,10 @@ class ParameterServer:
         *,
         idle_timeout_s: float = 60.0,
         max_results: int = 8192,
-        learn_jobs: bool = True,
         datapath: str | None = None,
     ) -> None:
         self.idle_timeout_s = idle_timeout_s
         self.max_results = max_results
-        self.learn_jobs = learn_jobs
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 * 1024 * 1024)
@@ -252,21 +261,23 @@ class ParameterServer:
         job_id: int,
         fan_in: int,
         *,
-        switch: tuple[str, int] | None = None,
+        switch: tuple[str, int],
         window: int | None = None,
         policy: Policy | str | None = None,
     ) -> None:
         """Serve job `job_id` (switch job id) with `fan_in` workers; idempotent.
 
-        `switch` is the switch's data address (only its packets are accepted; None: learn it
-        from the first packet); `window` the workers' W; `policy` the job's policy.
+        `switch` is the switch's data address (only its packets are accepted, and results go
+        there); `window` the workers' W; `policy` the job's policy.
         """
         if not 0 <= job_id < MAX_JOBS or not 1 <= fan_in <= MAX_WORKERS:
             raise ValueError(f"job {job_id} with fan_in {fan_in} is out of range")
+        if not 0 < switch[1] < 65536:
+            raise ValueError(f"switch port {switch[1]} is out of range")
         pol = Policy.parse(policy) if isinstance(policy, str) else policy
-        addr = (socket.gethostbyname(switch[0]), switch[1]) if switch else None
+        addr = (socket.gethostbyname(switch[0]), switch[1])
         with self._lock:
-            self._jobs[job_id] = _Job(fan_in, addr, window or DEFAULT_WINDOW, pol, True)
+            self._jobs[job_id] = _Job(fan_in, addr, window or DEFAULT_WINDOW, pol)
 
     def remove_job(self, job_id: int) -> None:
         """Forget job `job_id` and everything kept for it; idempotent."""
@@ -404,14 +415,7 @@ class ParameterServer:
             return self._drop("not_to_ps")
         job = self._jobs.get(pkt.job)
         if job is None:
-            if not self.learn_jobs:
-                return self._drop("unknown_job")
-            if not 1 <= pkt.fan_in <= MAX_WORKERS:
-                return self._drop("bad_fan_in")
-            job = self._jobs[pkt.job] = _Job(pkt.fan_in, addr, DEFAULT_WINDOW, None, False)
-            log.info("learned job %d (fan_in %d) from switch %s", pkt.job, pkt.fan_in, addr)
-        if job.switch is None:
-            job.switch = addr
+            return self._drop("unknown_job")
         if addr != job.switch:
             return self._drop("foreign_source")
         if pkt.fan_in != job.fan_in:
@@ -442,10 +446,9 @@ class ParameterServer:
         if outcome == "stale" or outcome == "overflow":
             return self._drop(outcome)
         self._outcomes[outcome] = self._outcomes.get(outcome, 0) + 1  # a Counter's += is slower
-        switch = job.switch  # _handle sets it before any packet of the job is accepted
-        if accepted.reply is None or switch is None:
+        if accepted.reply is None:
             return None
-        return encode(accepted.reply), switch
+        return encode(accepted.reply), job.switch
 
     def _sweep(self, now: float) -> None:
         with self._lock:
@@ -453,10 +456,7 @@ class ParameterServer:
                 if job.ledger is None or now - job.last_active <= self.idle_timeout_s:
                     continue
                 log.info("job %d idle for %.0f s: state freed", job_id, now - job.last_active)
-                if job.registered:
-                    job.ledger = None
-                else:
-                    del self._jobs[job_id]
+                job.ledger = None
 
 
 def _registration(text: str) -> tuple[int, int, Policy | None, int | None]:
@@ -469,15 +469,30 @@ def _registration(text: str) -> tuple[int, int, Policy | None, int | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``inasched ps``: serve until SIGINT or SIGTERM; returns the exit status."""
+    """``inasched ps``: serve until SIGINT or SIGTERM; returns the exit status (0; 1 when it
+    cannot bind; 2 for a bad argument or secret)."""
+    from workers.ps_control import PsControlServer, load_secret
+
     parser = argparse.ArgumentParser(prog="inasched ps", description=__doc__.split("\n")[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=9556)
+    parser.add_argument("--host", default="127.0.0.1", help="address to receive on")
+    parser.add_argument("--port", type=int, default=9556, help="UDP port (default 9556)")
     parser.add_argument("--idle-timeout", type=float, default=60.0, metavar="S")
     parser.add_argument("--max-results", type=int, default=8192, help="kept per job, at most")
-    parser.add_argument("--job", type=_registration, action="append", default=[])
+    parser.add_argument(
+        "--job",
+        type=_registration,
+        action="append",
+        default=[],
+        help="serve this job from the start: ID:FAN_IN[:POLICY[:WINDOW]] (needs --switch)",
+    )
     parser.add_argument("--switch", help="HOST:PORT, the switch's data address for --job jobs")
-    parser.add_argument("--registered-only", action="store_true", help="drop unknown jobs")
+    parser.add_argument(
+        "--control-port",
+        type=int,
+        help="TCP port where the service registers jobs (workers.ps_control); needs the "
+        "shared secret, from --secret-file or INASCHED_PS_SECRET",
+    )
+    parser.add_argument("--secret-file", type=Path, help="file holding the control secret")
     parser.add_argument(
         "--datapath",
         choices=("engine", "python"),
@@ -486,29 +501,51 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
-    switch = None
-    if args.switch:
-        host, _, port = args.switch.rpartition(":")
-        switch = (host, int(port))
+    if args.job and not args.switch:
+        parser.error("--job needs --switch HOST:PORT: a PS takes a job's packets only from it")
+    secret = b""
+    if args.control_port is not None:
+        try:
+            text = args.secret_file.read_text() if args.secret_file else os.environ.get(SECRET_ENV)
+            secret = load_secret(text)
+        except (OSError, ValueError) as exc:
+            parser.error(str(exc))
     try:
         ps = ParameterServer(
             args.host,
             args.port,
             idle_timeout_s=args.idle_timeout,
             max_results=args.max_results,
-            learn_jobs=not args.registered_only,
             datapath=args.datapath,
         )
     except OSError as exc:
         log.error("cannot bind %s:%d: %s", args.host, args.port, exc)
         return 1
-    for job_id, fan_in, policy, window in args.job:
-        ps.register_job(job_id, fan_in, switch=switch, window=window, policy=policy)
+    if args.switch:
+        host, _, port = args.switch.rpartition(":")
+        for job_id, fan_in, policy, window in args.job:
+            ps.register_job(job_id, fan_in, switch=(host, int(port)), window=window, policy=policy)
+    control = None
+    if args.control_port is not None:
+        try:
+            control = PsControlServer(ps, secret, args.host, args.control_port).start()
+        except OSError as exc:
+            log.error("cannot bind the control port %s:%d: %s", args.host, args.control_port, exc)
+            ps.stop()
+            return 1
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     with ps:
         log.info("parameter server on %s:%d", *ps.address)
+        if control is not None:
+            log.info("control channel on %s:%d", *control.address)
         while not stop.wait(10.0):
             log.info("counters: %s", ps.counters())
+    if control is not None:
+        control.stop()
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

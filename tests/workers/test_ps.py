@@ -153,18 +153,27 @@ def test_malformed_and_foreign_packets_are_dropped_and_counted(
     assert 9 not in counters.jobs  # nothing was accepted, so nothing is kept
 
 
-def test_registered_only_ps_drops_unknown_jobs(switch_sock: socket.socket) -> None:
-    with ParameterServer(learn_jobs=False) as ps:
-        switch_sock.sendto(to_ps(4, 0, 1, np.zeros(LANES, np.int32)), ps.address)
-        wait_for(ps, 1)
-        assert ps.counters().drops == {"unknown_job": 1}
-
-
-def test_learned_job_state_is_freed_when_idle(
+def test_a_packet_never_makes_the_ps_serve_a_job(
     ps: ParameterServer, switch_sock: socket.socket
 ) -> None:
+    # Well formed, whole (both workers' bits), complete: still nobody registered job 4.
+    pkt = to_ps(4, 0, 0b11, np.zeros(LANES, np.int32), flags=Flag.COMPLETE)
+    switch_sock.sendto(pkt, ps.address)
+    wait_for(ps, 1)
+    counters = ps.counters()
+    assert (counters.drops, counters.outcomes, counters.jobs) == ({"unknown_job": 1}, {}, set())
+    switch_sock.settimeout(0.3)
+    with pytest.raises(TimeoutError):
+        switch_sock.recv(65536)  # and nothing is answered
+
+
+def test_registered_job_state_is_freed_when_idle(
+    ps: ParameterServer, switch_sock: socket.socket
+) -> None:
+    ps.register_job(3, 2, switch=switch_sock.getsockname())
     switch_sock.sendto(to_ps(3, 0, 1, np.zeros(LANES, np.int32)), ps.address)
     wait_for(ps, 1)
+    assert 3 in ps.counters().jobs
     deadline = time.monotonic() + GUARD_S
     while 3 in ps.counters().jobs:
         assert time.monotonic() < deadline
