@@ -45,6 +45,10 @@ _BUILD_CHUNK = 256
 # Fragments dequantized per numpy pass in `finish`: small enough that a chunk stays in cache
 # from the lanes' conversion to the exponent choice (1 MiB of float32 at 256 lanes).
 _DEQUANT_CHUNK = 1024
+# With the codec, results are dequantized as they come once this many in a row have come (a
+# call costs about a microsecond), looking this far ahead for the first one missing.
+_READY_CHUNK = 128
+_READY_SCAN = 16384
 _RAW_FLOAT = int(Flag.RAW_FLOAT)
 # Powers of two that keep ``lane * 2**power`` a normal float32 for every nonzero int32 lane
 # (1 * 2**-126 is the smallest normal; (2**31 - 1) * 2**96 is below float32's maximum).
@@ -155,6 +159,10 @@ class Transfer:
         self._sum_bytes = self._sums.reshape(-1).view(np.uint8).data
         self._sum_exponent = np.zeros(self.fragments, dtype=np.int64)
         self._sum_raw = np.zeros(self.fragments, dtype=np.bool_)
+        # The codec dequantizes as results come: fragments below `_dequantized` are in `out`,
+        # with their peaks (for `next_exponents`) in `_peaks`.
+        self._dequantized = 0
+        self._peaks = np.empty(self.fragments if codec is not None else 0, np.float32)
         # The datagram and sum buffers, handed on to the next allreduce of the same tensor.
         self._spare: tuple[npt.NDArray[np.uint8], npt.NDArray[np.int32]] | None = None
 
@@ -286,6 +294,8 @@ class Transfer:
         self._sum_exponent[unique] = head["exponent"][picked]
         self.done[unique] = True
         self.remaining -= unique.size
+        if self.codec is not None:
+            self._dequantize_ready(_READY_CHUNK)
         return taken
 
     def finish(self, error: BaseException | None = None) -> None:
@@ -324,11 +334,9 @@ class Transfer:
         )
         shift = scale_bits(self.fan_in)
         raw = self._sum_raw
-        if self.codec is not None:  # the same, in one pass per fragment
-            peaks = np.empty(self.fragments, np.float32)
-            m, k = self.fragments, self.k
-            self.codec.dequantize_rows(sums, m, k, self._sum_exponent, raw, shift, self.out, peaks)
-            self.next_exponents = exponents_from_peaks(peaks, previous)
+        if self.codec is not None:  # the same, one pass per fragment, most of it done already
+            self._dequantize_ready(1)
+            self.next_exponents = exponents_from_peaks(self._peaks, previous)
             return
         chosen = np.empty(self.fragments, np.int8)
         for lo in range(0, self.fragments, _DEQUANT_CHUNK):
@@ -346,6 +354,28 @@ class Transfer:
                 out[floats] = sums[lo:hi][floats].view(RAW_DTYPE)
             chosen[lo:hi] = next_exponents(out, previous[lo:hi])
         self.next_exponents = chosen
+
+    def _dequantize_ready(self, at_least: int) -> None:
+        """With the codec: dequantize the fragments from `_dequantized` up to the first one
+        without a result, if there are `at_least` of them. Results come nearly in order, so
+        most of the tensor is done while the I/O thread waits for the rest of it."""
+        assert self._sums is not None and self.codec is not None
+        lo = self._dequantized
+        ahead = self.done[lo : lo + _READY_SCAN]
+        hi = lo + (int(np.argmin(ahead)) if not ahead.all() else ahead.size)
+        if hi - lo < at_least:
+            return
+        self.codec.dequantize_rows(
+            self._sums[lo:hi],
+            hi - lo,
+            self.k,
+            self._sum_exponent[lo:hi],
+            self._sum_raw[lo:hi],
+            scale_bits(self.fan_in),
+            self.out[lo:hi],
+            self._peaks[lo:hi],
+        )
+        self._dequantized = hi
 
     def result(self) -> npt.NDArray[np.float32]:
         """The flat float32 sum (raises the transfer's error if it failed)."""

@@ -113,17 +113,28 @@ def results(rng: np.random.Generator, m: int, k: int, fan_in: int, spice: float)
     k=st.sampled_from([64, 256]),
     fan_in=st.integers(1, 32),
     spice=st.sampled_from([0.0, 0.01, 0.2]),
+    bursts=st.integers(1, 12),
+    in_order=st.booleans(),
 )
 def test_dequantize_rows_gives_the_numpy_sums_and_next_exponents(
-    seed: int, m: int, k: int, fan_in: int, spice: float
+    seed: int, m: int, k: int, fan_in: int, spice: float, bursts: int, in_order: bool
 ) -> None:
     rng = np.random.default_rng(seed)
     rows = results(rng, m, k, fan_in, spice)
+    if in_order:  # as results mostly come: long runs without a gap
+        rows = rows[np.argsort(rows[:, 12:16].copy().view(">u4").reshape(-1))]
     fragments = rows[:, 12:16].copy().view(">u4").reshape(-1).astype(np.int64) - 100
     done = []
+    # In bursts of random sizes (results arrive in random order here): the codec dequantizes
+    # each run of results without a gap as it completes, the rest at `finish`.
+    inner = rng.choice(np.arange(1, m), min(m - 1, bursts - 1), replace=False)
+    cuts = np.r_[np.sort(inner), m]
     for t in pair(np.zeros(m * k, np.float32), k, fan_in):
         t.activate()
-        assert t.take_many(rows, np.arange(m), fragments).all()
+        for lo, hi in zip(np.r_[0, cuts[:-1]], cuts, strict=True):
+            taken = t.take_many(rows[lo:hi], np.arange(hi - lo), fragments[lo:hi])
+            assert taken.all()
+        assert t.remaining == 0
         t.finish()
         done.append(t)
     python, compiled = done
