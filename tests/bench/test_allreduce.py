@@ -23,12 +23,17 @@ def test_check_result_is_below_one_within_the_bound_and_above_past_it() -> None:
 
 
 @pytest.mark.slow
-def test_quick_run_writes_a_case_per_data_path(tmp_path: Path) -> None:
+def test_quick_run_writes_a_case_per_data_path_and_k(tmp_path: Path) -> None:
     out = tmp_path / "allreduce.json"
     argv = ["--quick", "--sizes", "0.25", "--policies", "esa", "--json", str(out)]
     assert main(argv) == 0
     cases = json.loads(out.read_text())["cases"]
-    assert [c["datapath"] for c in cases] == ["engine", "python"]
+    assert [(c["datapath"], c["lanes"]) for c in cases] == [
+        ("engine", 256),
+        ("engine", 1024),
+        ("python", 256),
+        ("python", 1024),
+    ]
     for case in cases:
         assert (case["size_mb"], case["workers"], case["policy"]) == (0.25, 2, "esa")
         assert {"inasched_MBps", "gloo_MBps", "ratio", "worst_error"} <= set(case)
