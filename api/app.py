@@ -16,8 +16,9 @@ from fastapi.staticfiles import StaticFiles
 from p4ctl.backend import SwitchBackend
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.docs import install_docs
 from api.errors import install_handlers
-from api.routes import bench, events, jobs, metrics, policy, switch, workers
+from api.routes import bench, events, jobs, metrics, policy, switch, tokens, workers
 from api.runtime import open_service
 from api.settings import Settings
 
@@ -50,18 +51,25 @@ class BodyLimit:
             await self._refuse(send, limit)
             return
         seen = 0
-        started = False
+        started = over = False
 
         async def counted() -> Message:
-            nonlocal seen
+            nonlocal seen, over
             message = await receive()
             seen += len(message.get("body", b""))
             if seen > limit:
+                over = True
                 raise _TooLarge
             return message
 
         async def tracked(message: Message) -> None:
             nonlocal started
+            if over:
+                # FastAPI answers a body it failed to read with 400; the reason was its size.
+                if not started and message["type"] == "http.response.start":
+                    started = True
+                    await self._refuse(send, limit)
+                return
             started = started or message["type"] == "http.response.start"
             await send(message)
 
@@ -114,10 +122,13 @@ def create_app(settings: Settings, *, backend: SwitchBackend | None = None) -> F
         version="0.1.0",
         summary="Schedules a switch's in-network aggregation memory among training jobs",
         lifespan=lifespan,
+        docs_url=None,  # api.docs serves /docs and /redoc offline instead of from a CDN
+        redoc_url=None,
     )
+    install_docs(app)
     app.state.service = service
     install_handlers(app)
-    for module in (jobs, workers, switch, policy, metrics, events, bench):
+    for module in (jobs, workers, switch, policy, metrics, events, bench, tokens):
         app.include_router(module.router)
 
     @app.get("/healthz", tags=["service"], summary="liveness")

@@ -1,33 +1,45 @@
 """``inasched``: the command line of the project.
 
     inasched up [--demo] [--switch HOST:PORT --switch-data HOST:PORT] [--ps HOST:PORT] ...
-    inasched demo [--url URL --token T]
-    inasched jobs list|submit|cancel ...      (INASCHED_URL, INASCHED_TOKEN)
-    inasched token create TENANT
+    inasched demo [--service URL --token T]
+    inasched jobs list|submit|cancel ...      (--service/INASCHED_URL, --token/INASCHED_TOKEN)
+    inasched token create TENANT [--admin] [--init] | list | revoke TENANT
     inasched switch|ps|worker|bench ...       (the soft switch, PS, worker, JCT benchmark)
 
 Settings not given as flags come from ``INASCHED_*`` variables (`api.settings.Settings`).
+``--service`` and ``--token`` are global: accepted before or after any command word. Exit
+codes: `api.cli_jobs.ExitCode`.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import logging
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
 
 import httpx
+from p4ctl.p4info import MAX_AGGREGATORS
 from pydantic import ValidationError
 
+from api.cli_jobs import (
+    DEFAULT_URL,
+    EXIT_CODES_HELP,
+    ExitCode,
+    add_jobs_parser,
+    fail,
+    http_error,
+    run_jobs,
+)
+from api.cli_tokens import add_token_parser, run_tokens
 from api.settings import Settings
+from scheduler.registry import policy_names, priority_names
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 # Subcommands owned by other packages: name -> module whose main(argv) runs it. Imported only
 # when used, so `inasched up` does not pay for torch or the benchmark harness.
@@ -37,18 +49,34 @@ DELEGATES = {
     "worker": "workers.worker",
     "bench": "bench.jct",
 }
-DEFAULT_URL = "http://127.0.0.1:8000"
+GLOBAL_FLAGS = ("--service", "--url", "--token", "--log-level")
+DELEGATE_HELP = {
+    "switch": "run the soft switch alone (P4Runtime + UDP data plane)",
+    "ps": "run a parameter server alone",
+    "worker": "run one worker of a job (--job ID --token JOIN_TOKEN --service URL)",
+    "bench": "the JCT benchmark: simulation, emulation, validation",
+}
+DESCRIPTION = """\
+inasched schedules a programmable switch's in-network aggregation memory among
+training jobs. 'inasched up' runs everything on this machine (dashboard, API docs at
+/docs); 'inasched COMMAND --help' tells more about each command."""
+EPILOG = f"""\
+global options, accepted in any position:
+  --service URL   the service the HTTP commands talk to
+                  (default: $INASCHED_URL, else {DEFAULT_URL})
+  --token TOKEN   a tenant API token (default: $INASCHED_TOKEN)
 
+settings not given as flags come from INASCHED_* environment variables
+(INASCHED_POLICY, INASCHED_AGGREGATORS, INASCHED_DATABASE_URL, ...: see the README).
 
-def _fail(message: str, code: int = 2) -> int:
-    print(f"inasched: {message}", file=sys.stderr)
-    return code
+{EXIT_CODES_HELP}
+"""
 
 
 def _settings(args: argparse.Namespace) -> Settings:
     names = (
-        "host", "port", "data_dir", "database_url", "switch", "switch_data", "ps",
-        "aggregators", "lanes", "policy", "priority",
+        "host", "port", "data_dir", "database_url", "switch", "switch_data", "switch_device_id",
+        "ps", "aggregators", "lanes", "policy", "priority",
     )  # fmt: skip
     given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
     return Settings(**given)
@@ -61,64 +89,90 @@ def _add_service_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--database-url", help="SQLAlchemy URL, e.g. postgresql+psycopg://...")
     p.add_argument("--switch", help="HOST:PORT of a P4Runtime switch (default: embedded)")
     p.add_argument("--switch-data", help="HOST:PORT of that switch's UDP data plane")
+    p.add_argument("--switch-device-id", type=int, help="that switch's P4Runtime device id")
     p.add_argument("--ps", help="HOST:PORT of an external parameter server")
-    p.add_argument("--aggregators", type=int, help="embedded switch pool size")
+    p.add_argument(
+        "--aggregators", type=int, help=f"embedded switch pool size, 1..{MAX_AGGREGATORS}"
+    )
     p.add_argument("--lanes", type=int, choices=(64, 128, 256))
-    p.add_argument("--policy", choices=("static", "atp", "esa"))
-    p.add_argument("--priority", choices=("srtf", "las", "fifo", "static"))
+    p.add_argument("--policy", choices=policy_names())
+    p.add_argument("--priority", choices=priority_names())
     p.add_argument("--tenant", default="local", help="tenant of the token printed at start")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="inasched", description=__doc__.splitlines()[0])
-    parser.add_argument("--log-level", default="INFO")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _client_flags() -> argparse.ArgumentParser:
+    """--service and --token, added to the top-level parser and to every parser under it that
+    talks HTTP, so that they are accepted in any position. SUPPRESS keeps a subparser that did
+    not see the flag from overwriting what an outer one saw."""
+    client = argparse.ArgumentParser(add_help=False)
+    client.add_argument(
+        "--service",
+        "--url",
+        dest="service",
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help=f"base URL of the service (default: $INASCHED_URL, else {DEFAULT_URL})",
+    )
+    client.add_argument(
+        "--token",
+        metavar="TOKEN",
+        default=argparse.SUPPRESS,
+        help="tenant API token (default: $INASCHED_TOKEN)",
+    )
+    return client
+
+
+def build_parser() -> argparse.ArgumentParser:
+    client = _client_flags()
+    parser = argparse.ArgumentParser(
+        prog="inasched",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        parents=[client],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="log detail (default INFO)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     up = sub.add_parser("up", help="run the service, soft switch and PS (Ctrl-C stops)")
     _add_service_flags(up)
     up.add_argument("--demo", action="store_true", help="also run the demo jobs")
-    demo = sub.add_parser("demo", help="run the demo jobs and print their JCTs")
+    demo = sub.add_parser(
+        "demo",
+        parents=[client],
+        help="run the demo jobs and print their JCTs",
+        description="Run the demo jobs and print their JCTs: in a service started for the "
+        "demo, or, with --service URL (and a token), in that running service.",
+    )
     _add_service_flags(demo)
-    demo.add_argument("--url", help="a running service (default: start one for the demo)")
-    demo.add_argument("--token", default=os.environ.get("INASCHED_TOKEN"))
-    jobs = sub.add_parser("jobs", help="list, submit or cancel jobs over HTTP")
-    jobs.add_argument("--url", default=os.environ.get("INASCHED_URL", DEFAULT_URL))
-    jobs.add_argument("--token", default=os.environ.get("INASCHED_TOKEN"))
-    jsub = jobs.add_subparsers(dest="action", required=True)
-    jl = jsub.add_parser("list")
-    jl.add_argument("--state")
-    jl.add_argument("--limit", type=int, default=50)
-    js = jsub.add_parser("submit")
-    js.add_argument("name")
-    js.add_argument("--workers", type=int, required=True)
-    js.add_argument("--iterations", type=int, required=True)
-    js.add_argument("--model")
-    js.add_argument("--gradient-bytes", type=int)
-    js.add_argument("--priority-class", type=int, default=0)
-    jc = jsub.add_parser("cancel")
-    jc.add_argument("job_id", type=int)
-    token = sub.add_parser("token", help="tenant API tokens")
-    tsub = token.add_subparsers(dest="action", required=True)
-    tc = tsub.add_parser("create")
-    tc.add_argument("tenant")
-    tc.add_argument("--data-dir")
-    tc.add_argument("--database-url")
+    add_jobs_parser(sub, client)
+    add_token_parser(sub)
     for name in DELEGATES:
-        sub.add_parser(name, help=f"see 'inasched {name} --help'", add_help=False)
+        sub.add_parser(name, help=f"{DELEGATE_HELP[name]}; see 'inasched {name} --help'")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one ``inasched`` command; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in DELEGATES:
-        run: Callable[[list[str]], int] = importlib.import_module(DELEGATES[argv[0]]).main
-        rest = argv[1:]
-        if argv[0] == "bench" and rest[:1] == ["jct"]:
+    outer, command = _leading_globals(argv)
+    if command < len(argv) and argv[command] in DELEGATES:
+        name = argv[command]
+        run: Callable[[list[str]], int] = importlib.import_module(DELEGATES[name]).main
+        rest = argv[command + 1 :]
+        if name == "bench" and rest[:1] == ["jct"]:
             rest = rest[1:]  # `inasched bench jct ...`, the benchmark's documented name
-        return run(rest)
-    args = _parser().parse_args(argv)
+        # Global options before the command word go to it: `inasched --service URL worker`.
+        renamed = ["--service" + o[5:] if o.split("=")[0] == "--url" else o for o in outer]
+        return run(rest + renamed)
+    args = build_parser().parse_args(argv)
     logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     for noisy in ("alembic", "httpx"):  # one line per migration step or HTTP request
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -129,22 +183,35 @@ def main(argv: list[str] | None = None) -> int:
         return commands[args.command](args)
     except ValidationError as exc:
         first = exc.errors()[0]
-        return _fail(f"bad setting {'.'.join(map(str, first['loc']))}: {first['msg']}")
+        return fail(f"bad setting {'.'.join(map(str, first['loc']))}: {first['msg']}")
+
+
+def _leading_globals(argv: list[str]) -> tuple[list[str], int]:
+    """The global options before the first command word, and that word's index."""
+    i = 0
+    while i < len(argv) and argv[i].split("=", 1)[0] in GLOBAL_FLAGS:
+        i += 1 if "=" in argv[i] else 2
+    return argv[:i], i
+
+
+def _service(args: argparse.Namespace) -> str:
+    """--service anywhere on the line, else INASCHED_URL, else the default."""
+    given: str | None = getattr(args, "service", None)
+    return (given or os.environ.get("INASCHED_URL") or DEFAULT_URL).rstrip("/")
+
+
+def _api_token(args: argparse.Namespace) -> str | None:
+    """--token anywhere on the line, else INASCHED_TOKEN."""
+    given: str | None = getattr(args, "token", None)
+    return given if given is not None else os.environ.get("INASCHED_TOKEN")
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    return run_jobs(args, service=_service(args), token=_api_token(args))
 
 
 def _token(args: argparse.Namespace) -> int:
-    from api.db import DatabaseUnavailable, open_database
-    from api.store import create_tenant_token
-
-    settings = _settings(args)
-    try:
-        engine, sessions = open_database(settings.resolved_database_url)
-    except DatabaseUnavailable as exc:
-        return _fail(str(exc))
-    with sessions() as session:
-        print(create_tenant_token(session, tenant=args.tenant))
-    engine.dispose()
-    return 0
+    return run_tokens(args, _settings(args))
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -152,12 +219,23 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    if args.url:
-        if not args.token:
-            return _fail("--url needs --token (or INASCHED_TOKEN)")
+    # Only a --service given on the command line sends the demo to a running service: an
+    # exported INASCHED_URL must not turn `inasched demo` into a different command.
+    if getattr(args, "service", None):
+        token = _api_token(args)
+        if not token:
+            return fail("--service needs --token (or INASCHED_TOKEN)", ExitCode.UNAUTHORIZED)
         from api.demo import run_demo
 
-        run_demo(args.url, args.token, report=print)
+        try:
+            run_demo(_service(args), token, report=lambda line: print(line, flush=True))
+        except httpx.HTTPStatusError as exc:
+            line, code = http_error(exc.response)
+            return fail(line, code)
+        except httpx.HTTPError as exc:
+            return fail(
+                f"cannot reach the service at {_service(args)}: {exc}", ExitCode.UNREACHABLE
+            )
         return 0
     return _serve(args, demo=True, keep_serving=False)
 
@@ -169,17 +247,22 @@ def _serve(args: argparse.Namespace, *, demo: bool, keep_serving: bool) -> int:
     from api.app import create_app
     from api.db import DatabaseUnavailable
     from api.store import create_tenant_token
+    from api.tokens import BadTenantName, check_tenant_name
 
+    try:
+        check_tenant_name(args.tenant)
+    except BadTenantName as exc:
+        return fail(f"--tenant: {exc}")
     settings = _settings(args)
     try:
         app = create_app(settings)
     except DatabaseUnavailable as exc:
-        return _fail(str(exc))
+        return fail(str(exc), ExitCode.UNREACHABLE)
     service = app.state.service
     try:
         service.start()
     except (SwitchError, OSError, ValueError) as exc:
-        return _fail(f"cannot start: {exc}")
+        return fail(f"cannot start: {exc}", ExitCode.UNREACHABLE)
     with service.sessions() as session:
         token = create_tenant_token(session, tenant=args.tenant)
     config = uvicorn.Config(
@@ -192,7 +275,7 @@ def _serve(args: argparse.Namespace, *, demo: bool, keep_serving: bool) -> int:
     while not server.started:
         if not thread.is_alive():
             service.stop()
-            return _fail(f"cannot listen on {settings.host}:{settings.port}")
+            return fail(f"cannot listen on {settings.host}:{settings.port}", ExitCode.UNREACHABLE)
         thread.join(0.05)
     url = f"http://{settings.host}:{settings.port}"
     print(f"inasched is up: dashboard {url}/  (policy {settings.policy})", flush=True)
@@ -205,6 +288,9 @@ def _serve(args: argparse.Namespace, *, demo: bool, keep_serving: bool) -> int:
             from api.demo import run_demo
 
             run_demo(url, token, report=lambda line: print(line, flush=True))
+            if not keep_serving:
+                # On a P4Runtime switch each removal reads the whole pool: seconds per job.
+                print("demo done: removing its jobs from the switch, then stopping", flush=True)
         if keep_serving:
             print(f"serving {url}/ until Ctrl-C", flush=True)
             while not stop.wait(0.5) and thread.is_alive():
@@ -216,46 +302,6 @@ def _serve(args: argparse.Namespace, *, demo: bool, keep_serving: bool) -> int:
         server.should_exit = True
         thread.join(timeout=15)
         service.stop()
-    return 0
-
-
-def _jobs(args: argparse.Namespace) -> int:
-    if not args.token:
-        return _fail("give --token or set INASCHED_TOKEN ('inasched token create TENANT')")
-    headers = {"Authorization": f"Bearer {args.token}"}
-    try:
-        with httpx.Client(base_url=args.url, headers=headers, timeout=30) as http:
-            if args.action == "list":
-                params: dict[str, Any] = {"limit": args.limit}
-                if args.state:
-                    params["state"] = args.state
-                response = http.get("/jobs", params=params)
-            elif args.action == "submit":
-                body = {
-                    "name": args.name, "n_workers": args.workers, "iterations": args.iterations,
-                    "model": args.model, "gradient_bytes": args.gradient_bytes,
-                    "priority_class": args.priority_class,
-                }  # fmt: skip
-                response = http.post("/jobs", json={k: v for k, v in body.items() if v is not None})
-            else:
-                response = http.delete(f"/jobs/{args.job_id}")
-    except httpx.HTTPError as exc:
-        return _fail(f"cannot reach the service at {args.url}: {exc}")
-    if response.is_error:
-        return _fail(f"{response.status_code}: {response.text}", code=1)
-    body = response.json()
-    if args.action == "list":
-        print(f"{'id':>5} {'state':<10} {'policy':<7} {'progress':>11} {'jct_s':>8}  name")
-        for job in body["items"]:
-            jct = f"{job['jct_s']:.2f}" if job["jct_s"] is not None else "-"
-            done = f"{job['iterations_done']}/{job['iterations']}"
-            print(
-                f"{job['id']:>5} {job['state']:<10} {job['policy'] or '-':<7} {done:>11} "
-                f"{jct:>8}  {job['name']}"
-            )
-        print(f"{body['total']} jobs")
-    else:
-        print(json.dumps(body, indent=2))
     return 0
 
 

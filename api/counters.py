@@ -3,15 +3,31 @@ relative to the switch job id's base, and the starvation time that feeds aging."
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
 from api.models import Job
+from api.schemas import SwitchCountersPublic, SwitchPublic
 from scheduler.memory import Pool
 
-__all__ = ["settle_counters", "switch_view", "track_starvation"]
+__all__ = [
+    "OTHER_TENANTS",
+    "TenantSwitchStream",
+    "owned_jobs",
+    "settle_counters",
+    "switch_view",
+    "tenant_switch_view",
+    "track_starvation",
+    "view_job_ids",
+]
 
 Counters = Mapping[int, Mapping[str, int]]
+# The job id a tenant's view gives to aggregators held by other tenants' jobs (service job ids
+# start at 1; -1 stays "a switch job id the service does not know").
+OTHER_TENANTS = 0
 
 
 def settle_counters(job: Job, raw: Mapping[str, int]) -> bool:
@@ -60,16 +76,79 @@ def switch_view(
     counters: Counters,
     drops: Mapping[str, int],
     owners: Mapping[int, int],
-) -> dict[str, Any]:
-    """The `/switch` JSON: ``{"aggregators", "lanes", "runs": [[start, length, job_id, state]],
-    "counters": {"jobs": {"<job_id>": {...}}, "drops": {...}}}`` with the service's job ids
-    (-1 for aggregators of a switch job id the service does not know)."""
-    return {
-        "aggregators": pool.aggregators,
-        "lanes": pool.lanes,
-        "runs": [[a, n, owners.get(j, -1), st] for a, n, j, st in runs],
-        "counters": {
-            "jobs": {str(owners[sid]): dict(c) for sid, c in counters.items() if sid in owners},
-            "drops": dict(drops),
-        },
-    }
+) -> SwitchPublic:
+    """The `/switch` view with the service's job ids: runs ``[start, length, job_id, state]``
+    (-1 for aggregators of a switch job id the service does not know) and counters by job."""
+    return SwitchPublic(
+        aggregators=pool.aggregators,
+        lanes=pool.lanes,
+        runs=[(a, n, owners.get(j, -1), st) for a, n, j, st in runs],
+        counters=SwitchCountersPublic(
+            jobs={str(owners[sid]): dict(c) for sid, c in counters.items() if sid in owners},
+            drops=dict(drops),
+        ),
+    )
+
+
+def view_job_ids(view: SwitchPublic) -> set[int]:
+    """The service job ids `view` names, in its runs and its counters."""
+    ids = {job_id for _, _, job_id, _ in view.runs if job_id > 0}
+    return ids | {int(k) for k in view.counters.jobs}
+
+
+def owned_jobs(session: Session, *, tenant_id: int, job_ids: Collection[int]) -> set[int]:
+    """Those of `job_ids` that are jobs of `tenant_id`."""
+    if not job_ids:
+        return set()
+    stmt = select(Job.id).where(Job.tenant_id == tenant_id, Job.id.in_(sorted(job_ids)))
+    return set(session.scalars(stmt))
+
+
+def tenant_switch_view(view: SwitchPublic, mine: Collection[int]) -> SwitchPublic:
+    """`view` as a tenant whose jobs are `mine` sees it: its own jobs' runs and counters as
+    they are; other tenants' aggregators as anonymous occupancy (job id `OTHER_TENANTS`, runs
+    of one state merged so that their boundaries do not count other tenants' jobs), and no
+    counters of theirs. Drop counters are the switch's and stay."""
+    runs: list[tuple[int, int, int, int]] = []
+    for start, length, job_id, state in view.runs:
+        if job_id > 0 and job_id not in mine:
+            job_id = OTHER_TENANTS
+            last = runs[-1] if runs else None
+            if last and last[2] == OTHER_TENANTS and last[3] == state and sum(last[:2]) == start:
+                runs[-1] = (last[0], last[1] + length, OTHER_TENANTS, state)
+                continue
+        runs.append((start, length, job_id, state))
+    jobs = {k: dict(v) for k, v in view.counters.jobs.items() if int(k) in mine}
+    return SwitchPublic(
+        aggregators=view.aggregators,
+        lanes=view.lanes,
+        runs=runs,
+        counters=SwitchCountersPublic(jobs=jobs, drops=dict(view.counters.drops)),
+    )
+
+
+class TenantSwitchStream:
+    """The ``event: switch`` payloads of one tenant's event stream, as `tenant_switch_view`
+    shows them. A job never changes tenant, so whose each job is is asked of the store once per
+    stream: `unknown` is cheap and runs on the event loop, `learn` reads the store (run it on a
+    worker thread)."""
+
+    def __init__(self, sessions: sessionmaker[Session], *, tenant_id: int) -> None:
+        self.sessions = sessions
+        self.tenant_id = tenant_id
+        self.mine: set[int] = set()
+        self.theirs: set[int] = set()
+
+    def unknown(self, view: SwitchPublic) -> set[int]:
+        """Job ids of `view` whose tenant this stream has not looked up yet."""
+        return view_job_ids(view) - self.mine - self.theirs
+
+    def learn(self, job_ids: Collection[int]) -> None:
+        with self.sessions() as session:
+            mine = owned_jobs(session, tenant_id=self.tenant_id, job_ids=job_ids)
+        self.mine |= mine
+        self.theirs |= set(job_ids) - mine
+
+    def payload(self, view: SwitchPublic) -> dict[str, Any]:
+        """The tenant's view of `view`, as the stream's JSON (after `learn` of its unknowns)."""
+        return tenant_switch_view(view, self.mine).model_dump(mode="json")

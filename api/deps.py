@@ -6,18 +6,22 @@ from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Query, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from api.models import Job, Tenant
 from api.runtime import Service
 from api.security import same_digest
-from api.store import tenant_for_token
+from api.tokens import Caller, live_token
 
 __all__ = [
+    "AdminDep",
+    "CallerDep",
     "JobIdPath",
     "JoinedJobDep",
     "ServiceDep",
     "SessionDep",
+    "StreamCallerDep",
     "StreamTenantDep",
     "TenantDep",
     "WorkerIdPath",
@@ -50,45 +54,97 @@ def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(401, detail, headers={"WWW-Authenticate": "Bearer"})
 
 
-async def bearer_token(request: Request) -> str:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+# Declared in the OpenAPI document, so that /docs has an "Authorize" button and every route
+# shows which token it takes; both arrive as ``Authorization: Bearer <token>``. Missing or
+# malformed headers are answered by `_bearer` below, with a message that says what to send.
+TENANT_TOKEN = HTTPBearer(
+    scheme_name="tenantToken",
+    description="A tenant API token ('inasched token create TENANT'; `inasched up` prints one).",
+    auto_error=False,
+)
+JOIN_TOKEN = HTTPBearer(
+    scheme_name="joinToken",
+    description="A job's join token, returned once by POST /jobs; only for the worker routes.",
+    auto_error=False,
+)
+BearerCredentials = HTTPAuthorizationCredentials | None
+
+
+def _bearer(credentials: BearerCredentials) -> str:
+    token = credentials.credentials.strip() if credentials is not None else ""
+    if not token:
         raise _unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
-    return token.strip()
+    return token
 
 
-def _tenant(session: Session, token: str) -> Tenant:
-    tenant = tenant_for_token(session, token=token)
-    if tenant is None:
-        raise _unauthorized("unknown API token; create one with 'inasched token create TENANT'")
-    return tenant
+async def bearer_token(credentials: Annotated[BearerCredentials, Depends(TENANT_TOKEN)]) -> str:
+    return _bearer(credentials)
 
 
-def get_tenant(session: SessionDep, token: Annotated[str, Depends(bearer_token)]) -> Tenant:
-    return _tenant(session, token)
+async def join_token(credentials: Annotated[BearerCredentials, Depends(JOIN_TOKEN)]) -> str:
+    return _bearer(credentials)
+
+
+def _caller(session: Session, token: str) -> Caller:
+    row = live_token(session, token=token)
+    if row is None:
+        raise _unauthorized(
+            "unknown API token, or a revoked one; create one with 'inasched token create TENANT'"
+        )
+    return Caller(tenant=row.tenant, admin=row.admin)
+
+
+def get_caller(session: SessionDep, token: Annotated[str, Depends(bearer_token)]) -> Caller:
+    return _caller(session, token)
+
+
+CallerDep = Annotated[Caller, Depends(get_caller)]
+
+
+async def get_tenant(caller: CallerDep) -> Tenant:
+    return caller.tenant
 
 
 TenantDep = Annotated[Tenant, Depends(get_tenant)]
 
 
+async def get_admin(caller: CallerDep) -> Caller:
+    if not caller.admin:
+        raise HTTPException(
+            403,
+            f"this needs an admin token; tenant '{caller.tenant.name}' has a tenant token "
+            "(an admin makes one with 'inasched token create NAME --admin')",
+        )
+    return caller
+
+
+AdminDep = Annotated[Caller, Depends(get_admin)]
+
+
 async def stream_token(
-    request: Request,
+    credentials: Annotated[BearerCredentials, Depends(TENANT_TOKEN)],
     token: Annotated[str | None, Query(max_length=256, description="for EventSource")] = None,
 ) -> str:
     # A browser's EventSource cannot send headers, so the stream also takes ?token=.
-    return token or await bearer_token(request)
+    return token or _bearer(credentials)
 
 
-def get_stream_tenant(session: SessionDep, token: Annotated[str, Depends(stream_token)]) -> Tenant:
-    return _tenant(session, token)
+def get_stream_caller(session: SessionDep, token: Annotated[str, Depends(stream_token)]) -> Caller:
+    return _caller(session, token)
+
+
+StreamCallerDep = Annotated[Caller, Depends(get_stream_caller)]
+
+
+async def get_stream_tenant(caller: StreamCallerDep) -> Tenant:
+    return caller.tenant
 
 
 StreamTenantDep = Annotated[Tenant, Depends(get_stream_tenant)]
 
 
 def get_joined_job(
-    job_id: JobIdPath, session: SessionDep, token: Annotated[str, Depends(bearer_token)]
+    job_id: JobIdPath, session: SessionDep, token: Annotated[str, Depends(join_token)]
 ) -> Job:
     job = session.get(Job, job_id)
     if job is None:

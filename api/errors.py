@@ -7,7 +7,9 @@
      +-- SwitchFailed    503: the switch refused or cannot be reached; retry later
 
 Lower-layer errors are mapped here, at the boundary: `scheduler.errors.IllegalTransition`
--> 409, `p4ctl.errors.SwitchError` -> 503.
+-> 409, `p4ctl.errors.SwitchError` -> 503. A request that fails its schema gets FastAPI's 422
+body, with any text that cannot be UTF-8 (a lone surrogate such as ``"\\ud800"`` in a JSON
+string, which the body's own value echoes back) written as its escape.
 """
 
 from __future__ import annotations
@@ -15,12 +17,24 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
 from p4ctl.errors import SwitchError
+from starlette.exceptions import HTTPException
 
 from scheduler.errors import IllegalTransition
 
-__all__ = ["Conflict", "Invalid", "NotFound", "ServiceError", "SwitchFailed", "install_handlers"]
+__all__ = [
+    "Conflict",
+    "Invalid",
+    "NotFound",
+    "ServiceError",
+    "SwitchFailed",
+    "install_handlers",
+    "printable",
+]
 
 
 class ServiceError(Exception):
@@ -76,12 +90,43 @@ class SwitchFailed(ServiceError):
         return {"Retry-After": "1"}
 
 
+def printable(value: Any) -> Any:
+    """`value` (JSON data) with every string made encodable as UTF-8: a lone surrogate, which
+    JSON can carry and UTF-8 cannot, becomes its ``\\udXXX`` escape text."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {printable(k): printable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [printable(v) for v in value]
+    return value
+
+
 def install_handlers(app: FastAPI) -> None:
     """Register the JSON answers of every mapped error on `app`."""
 
     async def service_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ServiceError)
-        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
+        return JSONResponse(printable(exc.body()), status_code=exc.status, headers=exc.headers())
+
+    async def request_invalid(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        detail = printable(jsonable_encoder(exc.errors()))
+        return JSONResponse({"detail": detail}, status_code=422)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        cause = exc.__cause__
+        if exc.status_code == 400 and isinstance(cause, UnicodeDecodeError):
+            # FastAPI's 400 for a body that is not UTF-8; it is malformed JSON like any other.
+            error = {
+                "type": "json_invalid",
+                "loc": ["body", cause.start],
+                "msg": f"JSON invalid: not UTF-8 text at byte {cause.start}",
+                "input": {},
+            }
+            return JSONResponse({"detail": [error]}, status_code=422)
+        return await http_exception_handler(request, exc)
 
     async def illegal(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, IllegalTransition)
@@ -93,5 +138,7 @@ def install_handlers(app: FastAPI) -> None:
         )
 
     app.add_exception_handler(ServiceError, service_error)
+    app.add_exception_handler(RequestValidationError, request_invalid)
+    app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(IllegalTransition, illegal)
     app.add_exception_handler(SwitchError, switch_error)

@@ -31,8 +31,11 @@ class Event:
 
 @dataclass(eq=False)
 class Subscription:
+    """One stream: it gets events for everyone and for its tenant (an admin's: every event)."""
+
     loop: asyncio.AbstractEventLoop
     tenant_id: int
+    admin: bool = False
     queue: asyncio.Queue[Event | None] = field(default_factory=lambda: asyncio.Queue(256))
 
 
@@ -54,8 +57,8 @@ class EventBus:
         self._lock = threading.Lock()
         self._subs: set[Subscription] = set()
 
-    def subscribe(self, *, tenant_id: int) -> Subscription:
-        sub = Subscription(loop=asyncio.get_running_loop(), tenant_id=tenant_id)
+    def subscribe(self, *, tenant_id: int, admin: bool = False) -> Subscription:
+        sub = Subscription(loop=asyncio.get_running_loop(), tenant_id=tenant_id, admin=admin)
         with self._lock:
             self._subs.add(sub)
         return sub
@@ -74,7 +77,7 @@ class EventBus:
         with self._lock:
             subs = list(self._subs)
         for sub in subs:
-            if event.tenant_id is not None and event.tenant_id != sub.tenant_id:
+            if event.tenant_id not in (None, sub.tenant_id) and not sub.admin:
                 continue
             self._send(sub, event)
 

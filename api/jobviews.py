@@ -1,19 +1,22 @@
-"""The scheduler's view of the job store: `JobView`s from plain rows, and loading the few jobs
-a decision round changes."""
+"""The scheduler's view of the job store: `JobView`s from plain rows, loading the few jobs a
+decision round changes, and why each queued job waits (`QueueReasons`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from api.models import Job
-from scheduler.memory import JobState, Partition
-from scheduler.snapshot import JobView
+from api.schemas import JobPublic, QueueReason
+from scheduler.memory import COPIES_PER_SLOT, JobState, Partition
+from scheduler.snapshot import JobView, Queue
 
-__all__ = ["VIEW_COLUMNS", "ViewCache", "job_view", "load_jobs"]
+__all__ = ["VIEW_COLUMNS", "QueueReasons", "ViewCache", "job_public", "job_view", "load_jobs"]
+
+P = TypeVar("P", bound=JobPublic)
 
 VIEW_COLUMNS = (
     Job.id,
@@ -88,3 +91,61 @@ class ViewCache:
             out.append(view)
         self._views = fresh
         return out
+
+
+NOT_YET_DECIDED = QueueReason(
+    kind="scheduling", message="waiting for the scheduler's next decision round"
+)
+
+
+class QueueReasons:
+    """Why each queued job waits, by job id, as the last decision round about it found.
+
+    The decide thread records; request threads read. Kept in memory: after a restart the first
+    round (which runs at start) finds every reason again.
+    """
+
+    def __init__(self) -> None:
+        self._by_job: dict[int, QueueReason] = {}
+
+    def queued(self, job_id: int, decision: Queue) -> QueueReason:
+        """Record the policy's `Queue` decision; returns the reason it gives."""
+        if decision.slots is not None:
+            slots = decision.slots
+            why = QueueReason(
+                kind="partition",
+                message=f"waiting for a partition of {slots:,} slots "
+                f"({COPIES_PER_SLOT * slots:,} aggregators)",
+                slots=slots,
+            )
+        else:
+            why = QueueReason(kind="policy", message=decision.reason)
+        return self._record(job_id, why)
+
+    def no_switch_job_id(self, job_id: int, max_jobs: int) -> QueueReason:
+        """Record that the switch's job table (`max_jobs` entries) had no free entry."""
+        message = f"all {max_jobs:,} switch job ids in use"
+        return self._record(job_id, QueueReason(kind="switch_job_ids", message=message))
+
+    def switch_refused(self, job_id: int, error: Exception) -> QueueReason:
+        message = f"switch refused the job: {error}"
+        return self._record(job_id, QueueReason(kind="switch_refused", message=message))
+
+    def keep_only(self, job_ids: set[int]) -> None:
+        """Forget every job but `job_ids` (the ones still queued)."""
+        self._by_job = {k: v for k, v in self._by_job.items() if k in job_ids}
+
+    def of(self, job: Job) -> QueueReason | None:
+        """Why `job` waits; None unless it is queued."""
+        if JobState(job.state) is not JobState.QUEUED:
+            return None
+        return self._by_job.get(job.id, NOT_YET_DECIDED)
+
+    def _record(self, job_id: int, why: QueueReason) -> QueueReason:
+        self._by_job[job_id] = why
+        return why
+
+
+def job_public(job: Job, reasons: QueueReasons, model: type[P]) -> P:
+    """`job` as `model` (`JobPublic` or a subclass), with its queue reason."""
+    return model.model_validate(job).model_copy(update={"queue_reason": reasons.of(job)})

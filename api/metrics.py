@@ -1,23 +1,36 @@
-"""Prometheus text exposition of the service: jobs, JCT, switch occupancy and counters.
+"""Prometheus text exposition of the service: jobs, JCT, switch occupancy and counters, and
+the counters of the embedded parameter server.
 
 Written by hand (format 0.0.4) rather than with a client library: every value is read from the
-job store or the scheduler's last switch read at scrape time, so there is no registry to keep.
+job store, the scheduler's last switch read or the PS at scrape time, so there is no registry to
+keep. Every family is always declared (``# HELP``/``# TYPE``), with or without samples, so that
+a dashboard built on these names (dashboards/grafana/) can be checked against them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from api.models import Job
+from api.models import Job, Tenant
 from api.scheduling import ACTIVE, TERMINAL, Coordinator
+from workers.ps import PsCounters
 
-__all__ = ["JCT_BUCKETS_S", "render_metrics"]
+__all__ = ["JCT_BUCKETS_S", "PsCounterSource", "render_metrics"]
 
 # From a few seconds (a demo job on loopback) to a day (a long Philly job).
 JCT_BUCKETS_S = (1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
+
+
+@runtime_checkable
+class PsCounterSource(Protocol):
+    """A PS whose counters this process can read: the embedded `workers.ps.ParameterServer`.
+    An external PS (``INASCHED_PS``) runs in another process and is not scraped here."""
+
+    def counters(self) -> PsCounters: ...
 
 
 def _family(name: str, kind: str, help_text: str, samples: Iterable[str]) -> list[str]:
@@ -29,8 +42,9 @@ def _labels(**labels: str | float) -> str:
     return "{" + inner + "}" if inner else ""
 
 
-def render_metrics(session: Session, coord: Coordinator) -> str:
-    """The whole exposition as text, ending in a newline."""
+def render_metrics(session: Session, coord: Coordinator, *, tenants: bool = False) -> str:
+    """The whole exposition as text, ending in a newline. Per-tenant series
+    (``inasched_tenant_jobs``) only with `tenants`: for a scraper holding the metrics token."""
     lines: list[str] = []
     by_state: dict[str, int] = {
         state: count
@@ -42,6 +56,8 @@ def render_metrics(session: Session, coord: Coordinator) -> str:
         "Jobs by state.",
         (f"inasched_jobs{_labels(state=s)} {by_state.get(s, 0)}" for s in ACTIVE + TERMINAL),
     )
+    if tenants:
+        lines += _tenant_jobs(session)
     lines += _jct(session)
     runs = coord.occupancy_runs
     used: dict[int, int] = {}
@@ -83,7 +99,56 @@ def render_metrics(session: Session, coord: Coordinator) -> str:
             for r, n in sorted(coord.drops.items())
         ),
     )
+    source = coord.ps_registry
+    lines += _ps(source.counters() if isinstance(source, PsCounterSource) else None)
     return "\n".join(lines) + "\n"
+
+
+def _ps(counters: PsCounters | None) -> list[str]:
+    """The PS's families; declared without samples when there is no PS in this process."""
+    if counters is None:
+        received: list[str] = []
+        outcomes: list[str] = []
+        drops: list[str] = []
+        jobs: list[str] = []
+    else:
+        received = [f"inasched_ps_received_total {counters.received}"]
+        outcomes = [
+            f"inasched_ps_outcomes_total{_labels(outcome=o)} {n}"
+            for o, n in sorted(counters.outcomes.items())
+        ]
+        drops = [
+            f"inasched_ps_drops_total{_labels(reason=r)} {n}"
+            for r, n in sorted(counters.drops.items())
+        ]
+        jobs = [f"inasched_ps_jobs {len(counters.jobs)}"]
+    return [
+        *_family(
+            "inasched_ps_received_total",
+            "counter",
+            "Datagrams received by the embedded parameter server.",
+            received,
+        ),
+        *_family(
+            "inasched_ps_outcomes_total",
+            "counter",
+            "Fragments the embedded PS handled, by outcome (added, completed, stored, "
+            "answered, duplicate).",
+            outcomes,
+        ),
+        *_family(
+            "inasched_ps_drops_total",
+            "counter",
+            "Datagrams the embedded PS dropped, by reason.",
+            drops,
+        ),
+        *_family(
+            "inasched_ps_jobs",
+            "gauge",
+            "Jobs with partial sums or results held by the embedded PS.",
+            jobs,
+        ),
+    ]
 
 
 def _jct(session: Session) -> list[str]:
@@ -106,3 +171,29 @@ def _jct(session: Session) -> list[str]:
     return _family(
         "inasched_jct_seconds", "histogram", "Job completion time, submit to finish.", samples
     )
+
+
+def _tenant_jobs(session: Session) -> list[str]:
+    """Active jobs by tenant and state (tenants with none have no sample)."""
+    rows = session.execute(
+        select(Tenant.name, Job.state, func.count())
+        .join(Job, Job.tenant_id == Tenant.id)
+        .where(Job.state.in_(ACTIVE))
+        .group_by(Tenant.name, Job.state)
+        .order_by(Tenant.name, Job.state)
+    )
+    return _family(
+        "inasched_tenant_jobs",
+        "gauge",
+        "Active jobs by tenant and state (only for the metrics token).",
+        (
+            f"inasched_tenant_jobs{_labels(tenant=_escaped(t), state=str(s))} {n}"
+            for t, s, n in rows
+        ),
+    )
+
+
+def _escaped(value: str) -> str:
+    """A label value in the exposition format's escaping (names stored before names were
+    checked may hold any character)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -19,15 +20,19 @@ from sqlalchemy import (
     String,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from scheduler.memory import JobState
 
 __all__ = [
     "ApiToken",
     "Base",
     "BenchRun",
     "Job",
+    "JobStateType",
     "PriorityChange",
     "ServiceState",
     "Tenant",
@@ -59,6 +64,20 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value
 
 
+class JobStateType(TypeDecorator[JobState]):
+    """A `JobState`, stored as its value in a VARCHAR(16) (no database enum type: a state added
+    later needs no migration); rows come back as members, never as bare strings."""
+
+    impl = String(16)
+    cache_ok = True
+
+    def process_bind_param(self, value: JobState | str | None, dialect: Dialect) -> str | None:
+        return None if value is None else JobState(value).value
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> JobState | None:
+        return None if value is None else JobState(value)
+
+
 class Base(DeclarativeBase):
     type_annotation_map: dict[Any, Any] = {datetime: UTCDateTime, dict[str, Any]: JSON}
 
@@ -80,6 +99,10 @@ class ApiToken(Base):
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # An admin token changes the policy, sees every tenant's jobs and manages tokens.
+    admin: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # Set once revoked: the token opens nothing from then on, and the row stays for the record.
+    revoked_at: Mapped[datetime | None]
     tenant: Mapped[Tenant] = relationship(lazy="joined")
 
 
@@ -92,7 +115,8 @@ class Job(Base):
     # The Idempotency-Key of the submission: a retried POST returns the same job.
     client_key: Mapped[str | None] = mapped_column(String(128))
     name: Mapped[str] = mapped_column(String(128))
-    state: Mapped[str] = mapped_column(String(16), index=True)
+    # Written only through the scheduler's applier, which checks every transition.
+    state: Mapped[JobState] = mapped_column(JobStateType(), index=True)
     reason: Mapped[str | None] = mapped_column(String(512))
     policy: Mapped[str | None] = mapped_column(String(16))
     priority_class: Mapped[int] = mapped_column(default=0)
@@ -118,6 +142,9 @@ class Job(Base):
     part_base: Mapped[int | None]
     part_slots: Mapped[int | None]
     hash_seed: Mapped[int | None] = mapped_column(BigInteger)
+    # The shared pool a hashed job hashes into (aggregators 0 .. shared_pool - 1): below the
+    # partitions of static jobs admitted under an earlier policy. None: the whole pool.
+    shared_pool: Mapped[int | None]
     # Switch counters are per switch job id and ids are reused: the values the id's counters
     # had when this job got it, subtracted from later reads.
     counter_base: Mapped[dict[str, Any] | None] = mapped_column(JSON)
@@ -161,6 +188,11 @@ class BenchRun(Base):
     __tablename__ = "bench_runs"
 
     id: Mapped[int] = mapped_column(primary_key=True)
+    # The tenant that stored the run; only it (and admins) see it. None: stored before runs
+    # had owners, seen by admins only.
+    tenant_id: Mapped[int | None] = mapped_column(
+        ForeignKey("tenants.id", ondelete="CASCADE"), index=True
+    )
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     workload: Mapped[str] = mapped_column(String(256))
     backend: Mapped[str] = mapped_column(String(32))

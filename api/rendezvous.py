@@ -1,29 +1,28 @@
 """Job lifecycle operations driven by clients: workers join, heartbeat and report progress;
-tenants cancel; silent jobs fail. Each commits, publishes the job, and asks for a decision round
-when the change can free or need switch memory.
+tenants cancel. Each commits, publishes the job, and asks for a decision round when the change
+can free or need switch memory. Every change of state goes through the coordinator's
+`DecisionApplier`, which checks the transition. (Silent jobs fail in `Coordinator.reap`.)
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
-from typing import cast
 
 from p4ctl.backend import Endpoint
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.errors import Conflict, Invalid, NotFound
+from api.inputs import check_progress
 from api.models import Job, WorkerRow, utcnow
 from api.scheduling import Coordinator
-from api.schemas import JobStateName, WorkerJoin, WorkerJoinRequest, WorkerProgress
+from api.schemas import WorkerJoin, WorkerJoinRequest, WorkerProgress
 from api.store import get_job
-from scheduler.memory import JobState, check_transition
+from scheduler.memory import JobState
 
-__all__ = ["cancel_job", "fail_silent_jobs", "heartbeat", "join", "report_progress"]
+__all__ = ["cancel_job", "heartbeat", "join", "report_progress"]
 
 log = logging.getLogger(__name__)
-ENDED_FOR_WORKERS = ("cancelled", "failed")
+ENDED_FOR_WORKERS = (JobState.CANCELLED, JobState.FAILED)
 
 
 def _job(s: Session, job_id: int) -> Job:
@@ -40,8 +39,8 @@ def _worker(job: Job, worker_id: int) -> WorkerRow:
     raise NotFound(f"job {job.id} has no worker {worker_id}; join first")
 
 
-def _state(job: Job) -> JobStateName:
-    return cast(JobStateName, job.state)
+def _state(job: Job) -> JobState:
+    return JobState(job.state)
 
 
 def _refuse_ended(job: Job) -> None:
@@ -57,7 +56,7 @@ def join(coord: Coordinator, *, job_id: int, request: WorkerJoinRequest) -> Work
     with coord.lock, coord.sessions() as s:
         job = _job(s, job_id)
         _refuse_ended(job)
-        if job.state == "finished":
+        if job.state == JobState.FINISHED:
             raise Conflict(f"job {job.id} already finished", state=job.state)
         if job.switch_job_id is None:
             raise Conflict(
@@ -78,9 +77,9 @@ def join(coord: Coordinator, *, job_id: int, request: WorkerJoinRequest) -> Work
             job.workers.append(row)
         row.last_heartbeat = utcnow()
         coord.backend.add_worker(job.switch_job_id, row.worker_id, Endpoint(*address))
-        if job.state == "admitted" and len(job.workers) == job.n_workers:
-            job.state = check_transition(job.id, JobState.ADMITTED, JobState.RUNNING).value
-            job.started_at = utcnow()
+        if job.state == JobState.ADMITTED and len(job.workers) == job.n_workers:
+            store = coord.store(s, {job.id: job})
+            coord.applier.transition(store, job.id, JobState.RUNNING, now=coord.clock())
         s.commit()
         answer = _join_answer(coord, job, row.worker_id)
     coord.publish_jobs([job])
@@ -97,7 +96,9 @@ def _join_answer(coord: Coordinator, job: Job, worker_id: int) -> WorkerJoin:
             "part_size": job.part_slots,
         }
     else:
-        placement = {"kind": "hashed", "seed": job.hash_seed, "pool": coord.pool.aggregators}
+        # Below any partition static jobs of an earlier policy held at admission.
+        pool = job.shared_pool or coord.pool.aggregators
+        placement = {"kind": "hashed", "seed": job.hash_seed, "pool": pool}
     return WorkerJoin.model_validate(
         {
             "job_id": job.id,
@@ -118,7 +119,7 @@ def _join_answer(coord: Coordinator, job: Job, worker_id: int) -> WorkerJoin:
     )
 
 
-def heartbeat(coord: Coordinator, *, job_id: int, worker_id: int) -> JobStateName:
+def heartbeat(coord: Coordinator, *, job_id: int, worker_id: int) -> JobState:
     """Note that the worker is alive; returns the job's state (409 when it was stopped)."""
     with coord.sessions() as s:
         job = _job(s, job_id)
@@ -130,7 +131,7 @@ def heartbeat(coord: Coordinator, *, job_id: int, worker_id: int) -> JobStateNam
 
 def report_progress(
     coord: Coordinator, *, job_id: int, worker_id: int, progress: WorkerProgress
-) -> JobStateName:
+) -> JobState:
     """Record a worker's progress; the job finishes when every worker has done every
     iteration. Returns the job's state. Reports are cumulative, so a retry is harmless."""
     finished = False
@@ -142,7 +143,8 @@ def report_progress(
             raise Invalid(
                 ("body", "iterations_done"), f"exceeds the job's {job.iterations} iterations"
             )
-        if job.state == "finished":
+        check_progress(job, worker_id, progress, lanes=coord.pool.lanes)
+        if job.state == JobState.FINISHED:
             return _state(job)
         row.iterations_done = max(row.iterations_done, progress.iterations_done)
         row.bytes_switch = max(row.bytes_switch, progress.bytes_switch)
@@ -152,10 +154,9 @@ def report_progress(
         job.iterations_done = min(w.iterations_done for w in job.workers) if complete else 0
         job.bytes_switch = sum(w.bytes_switch for w in job.workers)
         job.bytes_ps = sum(w.bytes_ps for w in job.workers)
-        if complete and job.iterations_done >= job.iterations and job.state == "running":
-            job.state = check_transition(job.id, JobState.RUNNING, JobState.FINISHED).value
-            job.finished_at = utcnow()
-            job.jct_s = (job.finished_at - job.submitted_at).total_seconds()
+        if complete and job.iterations_done >= job.iterations and job.state == JobState.RUNNING:
+            store = coord.store(s, {job.id: job})
+            coord.applier.transition(store, job.id, JobState.FINISHED, now=coord.clock())
             finished = True
         s.commit()
     coord.publish_jobs([job])
@@ -174,9 +175,10 @@ def cancel_job(coord: Coordinator, *, job_id: int, tenant_id: int) -> Job:
         job = get_job(s, job_id=job_id, tenant_id=tenant_id)
         if job is None:
             raise NotFound(f"job {job_id} does not exist")
-        job.state = check_transition(job.id, JobState(job.state), JobState.CANCELLED).value
-        job.finished_at = utcnow()
-        job.reason = "cancelled by its tenant"
+        store = coord.store(s, {job.id: job})
+        coord.applier.transition(
+            store, job.id, JobState.CANCELLED, now=coord.clock(), reason="cancelled by its tenant"
+        )
         s.commit()
     coord.reschedule()
     with coord.sessions() as s:
@@ -184,28 +186,3 @@ def cancel_job(coord: Coordinator, *, job_id: int, tenant_id: int) -> Job:
         assert fresh is not None
     coord.publish_jobs([fresh])
     return fresh
-
-
-def fail_silent_jobs(coord: Coordinator) -> bool:
-    """Fail every admitted or running job with a worker silent past the timeout; True if any."""
-    cutoff = utcnow() - timedelta(seconds=coord.heartbeat_timeout_s)
-    failed: list[Job] = []
-    with coord.lock, coord.sessions() as s:
-        rows = s.scalars(
-            select(WorkerRow)
-            .join(Job)
-            .where(Job.state.in_(("admitted", "running")), WorkerRow.last_heartbeat < cutoff)
-        ).all()
-        for row in rows:
-            job = row.job
-            if job.state in ("admitted", "running"):
-                job.state = "failed"
-                job.finished_at = utcnow()
-                job.reason = (
-                    f"worker {row.worker_id} sent no heartbeat for {coord.heartbeat_timeout_s:g} s"
-                )
-                failed.append(job)
-                log.warning("job %d failed: %s", job.id, job.reason)
-        s.commit()
-    coord.publish_jobs(failed)
-    return bool(failed)

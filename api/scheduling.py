@@ -1,5 +1,6 @@
-"""`Coordinator`: the scheduling loop. It asks the policy for decisions and applies them to
-the job store and the switch.
+"""`Coordinator`: the scheduling loop. It asks the policy for decisions and has the
+scheduler's one `DecisionApplier` apply them to the job store (`SqlJobStore`) and the switch,
+with wall time; the simulators drive the same applier with virtual time.
 
 Every change that can alter decisions (submit, finish, cancel, failure, policy change) calls
 `reschedule`; progress marks the state dirty and the next tick reschedules, so a burst of
@@ -7,7 +8,8 @@ reports costs one decision round. Decision rounds run one at a time under one lo
 that arrive while a round runs are served by the next round together (see `reschedule`).
 
 Switch job ids (0..1023, the switch's job table) are given at admission and returned when the
-job's memory is reclaimed, so an id is unique among jobs that hold switch state.
+switch no longer holds the job (`Releaser`), so an id is unique among jobs that hold switch
+state.
 """
 
 from __future__ import annotations
@@ -15,32 +17,36 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
 
 from p4ctl.backend import Endpoint, JobInstall, SwitchBackend
 from p4ctl.errors import SwitchError
-from p4ctl.protocol import MAX_JOBS, Policy
+from p4ctl.protocol import MAX_JOBS
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.counters import settle_counters, switch_view, track_starvation
 from api.events import Event, EventBus
-from api.jobviews import VIEW_COLUMNS, ViewCache, load_jobs
-from api.models import Job, PriorityChange, utcnow
+from api.jobstore import SqlJobStore
+from api.jobviews import VIEW_COLUMNS, QueueReasons, ViewCache, job_public, load_jobs
+from api.models import Job, WorkerRow, utcnow
 from api.releaser import Releaser
-from api.schemas import JobPublic
+from api.schemas import JobPublic, SwitchPublic
 from api.store import get_state, put_state
 from api.topology import PolicyConfig, PsRegistry, Topology
-from scheduler.memory import Partition, Pool
-from scheduler.snapshot import Admit, Decision, Queue, Reclaim, Reject, SetPriority
+from scheduler.applier import DecisionApplier, Placement
+from scheduler.errors import MemoryConflict
+from scheduler.memory import JobState, Partition, Pool
+from workers.ps_control import ControlError
 
 __all__ = ["ACTIVE", "TERMINAL", "Coordinator"]
 
 log = logging.getLogger(__name__)
 
-ACTIVE = ("queued", "admitted", "running")
-TERMINAL = ("finished", "failed", "cancelled")
+ACTIVE = tuple(s for s in JobState if not s.terminal)
+TERMINAL = tuple(s for s in JobState if s.terminal)
+HOLDING = tuple(s for s in JobState if s.holds_memory)
 POLICY_KEY = "policy"
 # How long a request waits for the decision round it asked for before answering anyway (with
 # the job as it is then, e.g. still queued).
@@ -84,19 +90,26 @@ class Coordinator:
         self._requested = 0
         self._done = 0
         self._dirty = False
-        self._next_sid = 0
         # Last counters read, by switch job id (raw: not yet relative to any job's base).
         self.counters: dict[int, dict[str, int]] = {}
         self.drops: dict[str, int] = {}
         self.occupancy_runs: list[tuple[int, int, int, int]] = []
-        self.owners: dict[int, int] = {}  # switch job id -> service job id
         self._settled: dict[int, dict[str, int]] = {}
         # Seconds each job has spent hindered (bypassed, evicted): the priority's aging input.
         # Kept in memory: after a restart every job starts unhindered, which only delays aging.
         self.starved: dict[int, float] = {}
         self._views = ViewCache()
+        self.queue_reasons = QueueReasons()
         self.releaser = Releaser(
             backend=backend, ps_registry=ps_registry, on_released=self._released
+        )
+        self.applier = DecisionApplier(
+            backend=backend,
+            pool=self.pool,
+            ps=topology.ps,
+            release=self.releaser.submit,
+            installed=self._installed,
+            switch_jobs=MAX_JOBS,
         )
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -178,7 +191,7 @@ class Coordinator:
                 target = self._requested
             try:
                 with self.lock:
-                    self._round()
+                    self.decision_round()
             except Exception:
                 log.exception("decision round failed; retrying on the next tick")
                 self.mark_dirty()
@@ -189,9 +202,18 @@ class Coordinator:
             # costs time in proportion to the active jobs, whatever the number it admits.
             self._stop.wait(ROUND_GAP_S)
 
-    def _round(self) -> None:
+    @property
+    def owners(self) -> Mapping[int, int]:
+        """``{switch job id: job id}`` of every job the switch holds state for."""
+        return self.applier.ids.owners
+
+    def store(self, s: Session, jobs: Mapping[int, Job] | None = None) -> SqlJobStore:
+        """The applier's view of session `s` (`jobs`: rows already loaded)."""
+        return SqlJobStore(s, counters=self.counters, reasons=self.queue_reasons, jobs=jobs)
+
+    def decision_round(self) -> None:
+        """One decision round now: decide on every live job and apply the decisions."""
         now = self.clock()
-        changed: list[Job] = []
         with self.sessions() as s:
             # Plain rows, not ORM objects: a round sees every active job, but usually
             # changes only a few, and only those are loaded as objects below.
@@ -201,119 +223,39 @@ class Coordinator:
                 .order_by(Job.id)
             ).all()
             views = self._views.views(rows, self.starved)  # type: ignore[arg-type]
+            self.queue_reasons.keep_only({r.id for r in rows if r.state == JobState.QUEUED})
             decisions = self.scheduler.decide(self.scheduler.snapshot(now, views))
             touched = {d.job_id for d in decisions}
             touched |= {r.id for r in rows if r.state in TERMINAL and r.switch_job_id is not None}
-            by_id = load_jobs(s, touched)
-            for decision in decisions:
-                job = by_id[decision.job_id]
-                if self._apply(s, job, decision, now):
-                    changed.append(job)
-            for job in by_id.values():
+            store = self.store(s, load_jobs(s, touched))
+            self.applier.apply(store, now, decisions, policy=self.scheduler.policy_name)
+            for job_id in sorted(touched):
                 # Release is idempotent; a terminal job keeps no switch state even if a
                 # policy forgot to reclaim it.
-                if job.state in TERMINAL and job.switch_job_id is not None:
-                    self._release(job)
-                    changed.append(job)
+                if store.job(job_id).state.terminal:
+                    self.applier.release(store, job_id)
             s.commit()
-        self.publish_jobs(changed)
+        self.publish_jobs(store.changed.values())
 
-    def _apply(self, s: Session, job: Job, decision: Decision, now: float) -> bool:
-        """Apply one decision; True when `job` changed in a way clients should see."""
-        match decision:
-            case Admit(partition=part, hash_seed=seed):
-                return self._admit(job, part, seed)
-            case Queue(reason=reason):
-                if job.reason == reason:
-                    return False
-                job.reason = reason
-                return True
-            case Reject(reason=reason):
-                job.state, job.reason, job.finished_at = "failed", reason, utcnow()
-                return True
-            case SetPriority(level=level):
-                if job.switch_job_id is not None:
-                    self.backend.set_priority(job.switch_job_id, level)
-                job.priority_level = level
-                s.add(PriorityChange(job_id=job.id, t=now, level=level))
-                return True
-            case Reclaim():
-                if job.switch_job_id is not None:
-                    self._release(job)
-                return True
-        return False
-
-    def _admit(self, job: Job, part: Partition | None, seed: int | None) -> bool:
-        sid = self._free_switch_id()
-        if sid is None:
-            job.reason = f"all {MAX_JOBS} switch job ids are in use"
-            return True
-        job.switch_job_id = sid
-        job.policy = self.scheduler.policy_name
-        job.part_base, job.part_slots = (part.base, part.slots) if part else (None, None)
-        job.hash_seed = seed
-        job.counter_base = dict(self.counters.get(sid, {}))
-        try:
-            self._install(job)
-        except SwitchError as exc:
-            log.warning("job %d stays queued: %s", job.id, exc)
-            job.switch_job_id = None
-            job.reason = f"switch refused the job: {exc}"
-            return True
-        self.owners[sid] = job.id
-        job.state, job.reason, job.admitted_at = "admitted", None, utcnow()
-        return True
-
-    def _free_switch_id(self) -> int | None:
-        # Round-robin, so an id is reused as late as possible: stray packets of a removed
-        # job then meet an empty table entry rather than the next job.
-        jobs = int(MAX_JOBS)
-        for k in range(jobs):
-            sid = (self._next_sid + k) % jobs
-            if sid not in self.owners:
-                self._next_sid = (sid + 1) % jobs
-                return sid
-        return None
-
-    def _install(self, job: Job) -> None:
-        assert job.switch_job_id is not None
-        self.backend.install_job(self.install_of(job))
+    def _installed(self, install: JobInstall, window: int) -> None:
         if self.ps_registry is not None:
             sw = self.topology.switch_data
-            self.ps_registry.register_job(
-                job.switch_job_id,
-                job.n_workers,
-                switch=(sw.host, sw.port),
-                window=job.window,
-                policy=job.policy,
-            )
-
-    def install_of(self, job: Job) -> JobInstall:
-        """The switch configuration of an admitted `job`."""
-        assert job.switch_job_id is not None and job.policy is not None
-        return JobInstall(
-            job.switch_job_id,
-            Policy.parse(job.policy),
-            job.n_workers,
-            part_base=job.part_base or 0,
-            part_size=job.part_slots or 0,
-            ps=self.topology.ps,
-            priority=job.priority_level,
-        )
-
-    def _release(self, job: Job) -> None:
-        """Settle the job's counters and hand its switch state to the releaser."""
-        sid = job.switch_job_id
-        assert sid is not None
-        # The last periodic read: a fresh one can take seconds over P4Runtime, and the job's
-        # traffic has ended by the time it is released.
-        settle_counters(job, self.counters.get(sid, {}))
-        job.switch_job_id = None
-        self.releaser.submit(sid)
+            try:
+                self.ps_registry.register_job(
+                    install.job_id,
+                    install.fan_in,
+                    switch=(sw.host, sw.port),
+                    window=window,
+                    policy=install.policy.name.lower(),
+                )
+            except ControlError as exc:  # the job's PS-bound fragments will be dropped there
+                log.error("the PS did not take switch job %d: %s", install.job_id, exc)
 
     def _released(self, sid: int) -> None:
         with self.lock:
-            self.owners.pop(sid, None)
+            self.applier.released(sid)
+        # A job queued for want of a switch job id can have this one: the next tick decides.
+        self.mark_dirty()
 
     # ------------------------------------------------------------------ restart
 
@@ -321,21 +263,25 @@ class Coordinator:
         """Make the switch hold exactly the jobs the store says hold switch state."""
         with self.lock, self.sessions() as s:
             holders = s.scalars(select(Job).where(Job.switch_job_id.is_not(None))).all()
+            store = self.store(s, {job.id: job for job in holders})
             now = utcnow()
             failed: list[Job] = []
             for job in holders:
                 assert job.switch_job_id is not None
-                self.owners[job.switch_job_id] = job.id
-                if job.state in TERMINAL:
-                    continue  # the first decision round reclaims it
+                live = not JobState(job.state).terminal
                 try:
-                    self._restore(job)
-                except (SwitchError, ValueError) as exc:
+                    # An ended job keeps its id until the first decision round reclaims it.
+                    self.applier.adopt(job.id, self.placement_of(job), live=live)
+                    if live:
+                        self._restore(job)
+                except (SwitchError, ValueError, MemoryConflict) as exc:
                     # E.g. a static partition stored by an older version that the switch
                     # cannot index (not a power of two). The job fails visibly, and the first
                     # decision round reclaims whatever the switch holds for it.
-                    job.state, job.finished_at = "failed", now
-                    job.reason = f"could not be restored onto the switch after a restart: {exc}"
+                    reason = f"could not be restored onto the switch after a restart: {exc}"
+                    self.applier.transition(
+                        store, job.id, JobState.FAILED, now=self.clock(), reason=reason
+                    )
                     failed.append(job)
                     log.error("job %d failed: %s", job.id, job.reason)
                     continue
@@ -352,10 +298,25 @@ class Coordinator:
         if holders:
             log.info("re-synced %d jobs onto the switch", len(holders))
 
+    def placement_of(self, job: Job) -> Placement:
+        """Where the stored `job` lives in the switch (it holds a switch job id)."""
+        assert job.switch_job_id is not None and job.policy is not None
+        part = None
+        if job.part_base is not None and job.part_slots is not None:
+            part = Partition(job.part_base, job.part_slots)
+        return Placement(job.switch_job_id, job.policy, part, job.hash_seed, job.shared_pool)
+
+    def install_of(self, job: Job) -> JobInstall:
+        """The switch configuration of an admitted `job`."""
+        placement = self.placement_of(job)
+        return self.applier.install_of(placement, fan_in=job.n_workers, priority=job.priority_level)
+
     def _restore(self, job: Job) -> None:
         """Install `job`, its priority and its workers' addresses again."""
         assert job.switch_job_id is not None
-        self._install(job)
+        install = self.install_of(job)
+        self.backend.install_job(install)
+        self._installed(install, job.window)
         self.backend.set_priority(job.switch_job_id, job.priority_level)
         for w in job.workers:
             self.backend.add_worker(job.switch_job_id, w.worker_id, Endpoint(w.host, w.port))
@@ -363,10 +324,29 @@ class Coordinator:
     # ------------------------------------------------------------------ liveness, counters
 
     def reap(self) -> bool:
-        """Fail every job with a worker silent for longer than the heartbeat timeout."""
-        from api.rendezvous import fail_silent_jobs
-
-        return fail_silent_jobs(self)
+        """Fail every admitted or running job with a worker silent for longer than the
+        heartbeat timeout; True if any."""
+        cutoff = utcnow() - timedelta(seconds=self.heartbeat_timeout_s)
+        with self.lock, self.sessions() as s:
+            rows = s.scalars(
+                select(WorkerRow)
+                .join(Job)
+                .where(Job.state.in_(HOLDING), WorkerRow.last_heartbeat < cutoff)
+            ).all()
+            store = self.store(s)
+            for row in rows:
+                job = row.job
+                if not JobState(job.state).holds_memory:
+                    continue  # another of its workers failed it already
+                silent = f"{self.heartbeat_timeout_s:g} s"
+                reason = f"worker {row.worker_id} sent no heartbeat for {silent}"
+                self.applier.transition(
+                    store, job.id, JobState.FAILED, now=self.clock(), reason=reason
+                )
+                log.warning("job %d failed: %s", job.id, reason)
+            s.commit()
+        self.publish_jobs(store.changed.values())
+        return bool(store.changed)
 
     def _read_counters(self) -> dict[int, dict[str, int]]:
         counters = self.backend.counters()
@@ -374,21 +354,21 @@ class Coordinator:
         self.drops = dict(counters.drops)
         return self.counters
 
-    def read_switch(self, *, publish: bool = True) -> dict[str, Any]:
-        """Read occupancy and counters; returns the `/switch` payload (and publishes it)."""
+    def read_switch(self, *, publish: bool = True) -> SwitchPublic:
+        """Read occupancy and counters; returns the `/switch` view (and publishes it)."""
         # No coordinator lock: the backend serialises its own calls, and decisions must not
         # wait for a read that can take seconds on a remote switch.
         occupancy = self.backend.occupancy()
         self._read_counters()
         owners = dict(self.owners)
         self.occupancy_runs = occupancy.runs()
-        view = self.switch_payload(owners)
+        view = self.switch_public(owners)
         if publish:
-            self.events.publish(Event("switch", view))
+            self.events.publish(Event("switch", view.model_dump(mode="json")))
         return view
 
-    def switch_payload(self, owners: dict[int, int] | None = None) -> dict[str, Any]:
-        """The `/switch` JSON from the last read (job ids are the service's)."""
+    def switch_public(self, owners: Mapping[int, int] | None = None) -> SwitchPublic:
+        """The `/switch` view from the last read (job ids are the service's)."""
         return switch_view(
             self.pool,
             self.occupancy_runs,
@@ -396,6 +376,10 @@ class Coordinator:
             self.drops,
             dict(self.owners) if owners is None else owners,
         )
+
+    def switch_payload(self) -> dict[str, object]:
+        """The `/switch` view from the last read, as the event stream's JSON."""
+        return self.switch_public().model_dump(mode="json")
 
     def _settle_active_counters(self) -> None:
         """Copy counters that moved since the last tick onto their jobs' rows."""
@@ -422,7 +406,7 @@ class Coordinator:
 
     def publish_jobs(self, jobs: Iterable[Job]) -> None:
         for job in jobs:
-            data = JobPublic.model_validate(job).model_dump(mode="json")
+            data = job_public(job, self.queue_reasons, JobPublic).model_dump(mode="json")
             self.events.publish(Event("job", data, tenant_id=job.tenant_id))
 
     # ------------------------------------------------------------------ policy

@@ -9,7 +9,20 @@ from datetime import datetime
 from ipaddress import IPv4Address
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic.config import JsonDict
+
+from scheduler.memory import JobState
+from scheduler.registry import policy_names, priority_names
+from scheduler.workload import model_table
 
 __all__ = [
     "BenchRunCreate",
@@ -26,9 +39,16 @@ __all__ = [
     "PolicyName",
     "PolicyPublic",
     "PolicyUpdate",
+    "PriorityName",
     "PriorityPoint",
+    "QueueReason",
     "StaticPlacement",
+    "SwitchCountersPublic",
     "SwitchPublic",
+    "TenantName",
+    "TokenCreate",
+    "TokenCreated",
+    "TokenPublic",
     "WorkerHeartbeat",
     "WorkerJoin",
     "WorkerJoinRequest",
@@ -37,31 +57,102 @@ __all__ = [
     "WorkerState",
 ]
 
-JobStateName = Literal["queued", "admitted", "running", "finished", "failed", "cancelled"]
-PolicyName = Literal["static", "atp", "esa"]
+# Names come from where they are defined: job states from `JobState`, policy and priority
+# names from `scheduler.registry` (validated against it, and listed in the OpenAPI schema).
+JobStateName = JobState
+
+
+def _registered(kind: str, names: tuple[str, ...]) -> AfterValidator:
+    def check(value: str) -> str:
+        if value not in names:
+            raise ValueError(f"unknown {kind} {value!r}; known: {', '.join(names)}")
+        return value
+
+    return AfterValidator(check)
+
+
+PolicyName = Annotated[
+    str,
+    _registered("policy", policy_names()),
+    WithJsonSchema({"type": "string", "enum": list(policy_names())}),
+]
+PriorityName = Annotated[
+    str,
+    _registered("priority function", priority_names()),
+    WithJsonSchema({"type": "string", "enum": list(priority_names())}),
+]
+QueueReasonKind = Literal["scheduling", "switch_job_ids", "partition", "policy", "switch_refused"]
 # The switch's contributor bitmap is 32 bits wide (p4ctl.protocol.MAX_WORKERS).
 MAX_WORKERS = 32
+MAX_ITERATIONS = 10_000_000
+# 16 GiB: the ceiling of the `max_gradient_bytes` setting. With it, what 32 workers of a job
+# can receive over its iterations (`MAX_WORKER_BYTES` each) still fits a 64-bit counter.
+MAX_GRADIENT_BYTES = 2**34
+# A worker's results in one iteration are its gradient padded to whole fragments (1024 lanes
+# of 4 bytes at most); a job's workers receive each result once, from the switch or the PS.
+MAX_WORKER_BYTES = MAX_ITERATIONS * (MAX_GRADIENT_BYTES + 4096)
+# Request bodies are strict: "2" and true are not integers (and extra fields are refused).
+STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+def _json_integer(value: object) -> object:
+    # JSON Schema's "integer" is any number without a fraction: 4.0 is 4, 4.5 stays refused.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+# The job's size is given once (`JobCreate`): a model, or gradient bytes.
+_ONLY_MODEL: JsonDict = {
+    "required": ["model"],
+    "properties": {"model": {"type": "string"}, "gradient_bytes": {"type": "null"}},
+}
+_ONLY_GRADIENT_BYTES: JsonDict = {
+    "required": ["gradient_bytes"],
+    "properties": {"gradient_bytes": {"type": "integer"}, "model": {"type": "null"}},
+}
+# A model of the table (`scheduler.workload`); case and punctuation are ignored when matched.
+ModelName = Annotated[str, WithJsonSchema({"type": "string", "enum": sorted(model_table())})]
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[\w.\- ]+$")]
 
 
 class JobCreate(BaseModel):
-    """A job submission. Give `model` (gradient size from the model table) or `gradient_bytes`."""
+    """A job submission. Its size is one fact: give `model` (its gradient size in the model
+    table) or `gradient_bytes` (any other model), never both. The size is at most the
+    service's ``max_gradient_bytes``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        **STRICT,
+        json_schema_extra={"anyOf": [_ONLY_MODEL, _ONLY_GRADIENT_BYTES]},
+    )
 
     name: Name
-    n_workers: int = Field(ge=1, le=MAX_WORKERS, description="data-parallel workers (fan-in)")
-    iterations: int = Field(ge=1, le=10_000_000)
-    model: str | None = Field(default=None, min_length=1, max_length=64)
-    gradient_bytes: int | None = Field(default=None, ge=4, le=2**40)
-    priority_class: int = Field(default=0, ge=0, le=15, description="user class, higher first")
-    window: int | None = Field(default=None, ge=1, le=4096, description="fragments in flight")
+    n_workers: JsonInt = Field(ge=1, le=MAX_WORKERS, description="data-parallel workers (fan-in)")
+    iterations: JsonInt = Field(ge=1, le=MAX_ITERATIONS)
+    model: ModelName | None = Field(default=None, min_length=1, max_length=64)
+    gradient_bytes: JsonInt | None = Field(default=None, ge=4, le=MAX_GRADIENT_BYTES)
+    priority_class: JsonInt = Field(default=0, ge=0, le=15, description="user class, higher first")
+    window: JsonInt | None = Field(default=None, ge=1, le=4096, description="fragments in flight")
 
     @model_validator(mode="after")
     def _size_known(self) -> JobCreate:
         if self.model is None and self.gradient_bytes is None:
             raise ValueError("give model or gradient_bytes")
         return self
+
+
+class QueueReason(BaseModel):
+    """Why a queued job waits, as the scheduler's last decision round about it found."""
+
+    kind: QueueReasonKind = Field(
+        description="scheduling: no decision round has seen it yet; switch_job_ids: every "
+        "entry of the switch's job table is taken; partition: no free range holds its "
+        "private partition (static); policy: another rule of the policy; switch_refused: "
+        "the switch rejected its configuration"
+    )
+    message: str
+    slots: int | None = Field(default=None, description="partition: the slots it waits for")
 
 
 class JobPublic(BaseModel):
@@ -73,6 +164,7 @@ class JobPublic(BaseModel):
     name: str
     state: JobStateName
     reason: str | None = None
+    queue_reason: QueueReason | None = Field(default=None, description="set while queued")
     policy: str | None
     priority_level: int
     n_workers: int
@@ -142,12 +234,14 @@ class StaticPlacement(BaseModel):
 
 class WorkerJoinRequest(BaseModel):
     """A worker's bound UDP socket, which the switch will accept packets from. The switch's
-    worker table matches IPv4 source addresses, so the host is an IPv4 address."""
+    worker table matches IPv4 source addresses, so the host is an IPv4 address: a unicast
+    one, the request's source address or in the service's ``worker_networks``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
-    data_host: IPv4Address
-    data_port: int = Field(ge=1, le=65535)
+    # JSON has no address type: the address comes as its text, even in a strict model.
+    data_host: IPv4Address = Field(strict=False)
+    data_port: JsonInt = Field(ge=1, le=65535)
 
 
 class WorkerJoin(BaseModel):
@@ -170,15 +264,18 @@ class WorkerJoin(BaseModel):
 
 
 class WorkerHeartbeat(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
 
 class WorkerProgress(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Cumulative progress of one worker. The byte counters together are at most what the
+    worker can receive: the job's iterations times its gradient padded to whole fragments."""
 
-    iterations_done: int = Field(ge=0, le=10_000_000)
-    bytes_switch: int = Field(default=0, ge=0, le=2**62)
-    bytes_ps: int = Field(default=0, ge=0, le=2**62)
+    model_config = STRICT
+
+    iterations_done: JsonInt = Field(ge=0, le=MAX_ITERATIONS)
+    bytes_switch: JsonInt = Field(default=0, ge=0, le=MAX_WORKER_BYTES)
+    bytes_ps: JsonInt = Field(default=0, ge=0, le=MAX_WORKER_BYTES)
 
 
 class WorkerState(BaseModel):
@@ -187,34 +284,45 @@ class WorkerState(BaseModel):
 
 class PolicyPublic(BaseModel):
     policy: PolicyName
-    priority: str
+    priority: PriorityName
     levels: int
     aging_s: float
     applies_to: str = Field(description="which jobs the policy governs")
 
 
 class PolicyUpdate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     policy: PolicyName
-    priority: Literal["srtf", "las", "fifo", "static"] | None = None
-    levels: int | None = Field(default=None, ge=1, le=256)
+    priority: PriorityName | None = None
+    levels: JsonInt | None = Field(default=None, ge=1, le=256)
     aging_s: float | None = Field(default=None, gt=0, le=1e6)
 
 
+class SwitchCountersPublic(BaseModel):
+    """Packet counters of the switch: per job (the service's job ids) and per drop reason."""
+
+    jobs: dict[str, dict[str, int]] = Field(
+        description="job id -> counter name (job_aggregated, job_bypassed, ...) -> packets"
+    )
+    drops: dict[str, int] = Field(description="drop reason (lower case) -> packets")
+
+
 class SwitchPublic(BaseModel):
+    """The switch's memory map and counters, as last read."""
+
     aggregators: int
     lanes: int
     runs: list[tuple[int, int, int, int]] = Field(
         description="[start, length, job_id, state] over non-free aggregators"
     )
-    counters: dict[str, dict[str, Any]]
+    counters: SwitchCountersPublic
 
 
 class BenchRunCreate(BaseModel):
     """A finished JCT benchmark run: its summary.json and the rows of its jobs.csv."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     workload: str = Field(min_length=1, max_length=256)
     backend: str = Field(min_length=1, max_length=32)
@@ -234,3 +342,39 @@ class BenchRunPublic(BaseModel):
 
 class BenchRunDetail(BenchRunPublic):
     jobs: list[dict[str, Any]]
+
+
+TenantName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._@-]*$",
+        description="letters, digits, '.', '_', '@', '-'; starts with a letter or digit",
+    ),
+]
+
+
+class TokenCreate(BaseModel):
+    """A new API token for `tenant` (created if new); an admin token with ``admin``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: TenantName
+    admin: bool = Field(default=False, strict=True)
+
+
+class TokenPublic(BaseModel):
+    """A stored API token: who it is for, its role, whether it was revoked (never the token)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    tenant: str
+    admin: bool
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class TokenCreated(TokenPublic):
+    token: str = Field(description="the token itself, shown only in this answer")

@@ -6,11 +6,15 @@ Nothing here is a module-level instance: the CLI builds a `Settings` and hands i
 
 from __future__ import annotations
 
+from ipaddress import IPv4Network
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from p4ctl.p4info import MAX_AGGREGATORS
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from api.schemas import MAX_GRADIENT_BYTES, PolicyName, PriorityName
 
 __all__ = ["Settings", "parse_hostport"]
 
@@ -40,11 +44,32 @@ class Settings(BaseSettings):
     switch_data: str | None = Field(
         default=None, description="HOST:PORT of the switch's UDP data plane (external switch)"
     )
+    switch_device_id: int = Field(
+        default=0, ge=0, lt=2**64, description="P4Runtime device id of an external switch"
+    )
     ps: str | None = Field(default=None, description="HOST:PORT of an external PS; else embedded")
-    aggregators: int = Field(default=4096, ge=1, description="embedded switch pool size")
-    lanes: Literal[64, 128, 256] = 64
-    policy: Literal["static", "atp", "esa"] = "esa"
-    priority: str = "srtf"
+    # A PS serves only jobs the service registers (workers.ps_control), never one a packet names.
+    ps_control: str | None = Field(
+        default=None,
+        description="HOST:PORT of the external PS's control channel (inasched ps --control-port)",
+    )
+    ps_secret: SecretStr | None = Field(
+        default=None,
+        description="the secret the external PS was started with (its INASCHED_PS_SECRET)",
+    )
+    # The embedded soft switch's pool is smaller than the P4 program's 20,480: enough for the
+    # demo and a laptop's dashboard, and the occupancy read every tick costs less. An external
+    # switch keeps the pool of the pipeline it runs, or gets the P4 program's when it has none.
+    aggregators: int = Field(
+        default=4096,
+        ge=1,
+        le=MAX_AGGREGATORS,
+        description="embedded switch pool size; for an external switch with no pipeline yet, "
+        "the pool its pipeline is built for",
+    )
+    lanes: Literal[64, 128, 256, 512, 1024] = 64
+    policy: PolicyName = "esa"
+    priority: PriorityName = "srtf"
     priority_levels: int = Field(default=16, ge=1, le=256)
     aging_s: float = Field(default=60.0, gt=0)
     window: int = Field(default=32, ge=1, le=4096, description="default fragments in flight")
@@ -56,6 +81,20 @@ class Settings(BaseSettings):
     tick_s: float = Field(default=0.5, gt=0, description="reaper / switch-event period")
     threads: int = Field(default=16, ge=2, le=256, description="request handler threads")
     max_body_bytes: int = Field(default=64 * 1024, ge=1024)
+    # 2 GiB holds every model of the table (BERT-large, 1.34 GB); each worker allocates it.
+    max_gradient_bytes: int = Field(
+        default=2**31, ge=4, le=MAX_GRADIENT_BYTES, description="largest gradient of a job"
+    )
+    worker_networks: list[IPv4Network] = Field(
+        default=[],  # pydantic copies it per instance
+        description="networks (CIDR, a JSON list) whose addresses a worker may give as its "
+        "data_host from any host; without them only the joining request's source address",
+    )
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="a scraper that sends it as 'Authorization: Bearer <token>' to /metrics "
+        "also gets per-tenant series; without it /metrics has aggregates only",
+    )
 
     @field_validator("switch")
     @classmethod
@@ -64,7 +103,7 @@ class Settings(BaseSettings):
             parse_hostport(value)
         return value
 
-    @field_validator("switch_data", "ps")
+    @field_validator("switch_data", "ps", "ps_control")
     @classmethod
     def _hostport(cls, value: str | None) -> str | None:
         if value is not None:

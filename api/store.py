@@ -16,6 +16,8 @@ from sqlalchemy.orm import Session, defer, selectinload
 from api.models import ApiToken, BenchRun, Job, ServiceState, Tenant
 from api.schemas import JobCreate
 from api.security import JOIN_PREFIX, TENANT_PREFIX, hash_token, new_token
+from api.tokens import check_tenant_name, live_token
+from scheduler.memory import JobState
 
 __all__ = [
     "create_job",
@@ -31,23 +33,25 @@ __all__ = [
 ]
 
 
-def create_tenant_token(session: Session, *, tenant: str) -> str:
-    """A new API token for `tenant` (created if new); commits. Returns the token in clear,
-    which is never stored and cannot be shown again."""
+def create_tenant_token(session: Session, *, tenant: str, admin: bool = False) -> str:
+    """A new API token for `tenant` (created if new; an admin token with `admin`); commits.
+    Returns the token in clear, which is never stored and cannot be shown again. Raises
+    `api.tokens.BadTenantName` for an empty, over-long or odd name."""
+    check_tenant_name(tenant)
     row = session.scalar(select(Tenant).where(Tenant.name == tenant))
     if row is None:
         row = Tenant(name=tenant)
         session.add(row)
         session.flush()
     token = new_token(TENANT_PREFIX)
-    session.add(ApiToken(tenant_id=row.id, token_hash=hash_token(token)))
+    session.add(ApiToken(tenant_id=row.id, token_hash=hash_token(token), admin=admin))
     session.commit()
     return token
 
 
 def tenant_for_token(session: Session, *, token: str) -> Tenant | None:
-    """The tenant whose API token is `token`, or None."""
-    row = session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(token)))
+    """The tenant whose live (not revoked) API token is `token`, or None."""
+    row = live_token(session, token=token)
     return row.tenant if row else None
 
 
@@ -74,7 +78,7 @@ def create_job(
         tenant_id=tenant_id,
         client_key=client_key,
         name=spec.name,
-        state="queued",
+        state=JobState.QUEUED,
         priority_class=spec.priority_class,
         n_workers=spec.n_workers,
         iterations=spec.iterations,
@@ -117,13 +121,14 @@ def get_job(
 def list_jobs(
     session: Session,
     *,
-    tenant_id: int,
+    tenant_id: int | None,
     state: str | None = None,
     limit: int = 50,
     offset: int = 0,
 ) -> tuple[Sequence[Job], int]:
-    """``(jobs, total)``: a page of the tenant's jobs, newest first, and how many match."""
-    where = [Job.tenant_id == tenant_id]
+    """``(jobs, total)``: a page of the tenant's jobs (every tenant's with `tenant_id` None),
+    newest first, and how many match."""
+    where = [] if tenant_id is None else [Job.tenant_id == tenant_id]
     if state is not None:
         where.append(Job.state == state)
     total = session.scalar(select(func.count()).select_from(Job).where(*where)) or 0
@@ -151,29 +156,37 @@ def put_state(session: Session, *, key: str, value: dict[str, Any]) -> None:
 def store_bench_run(
     session: Session,
     *,
+    tenant_id: int,
     workload: str,
     backend: str,
     summary: dict[str, Any],
     jobs: list[dict[str, Any]],
 ) -> BenchRun:
-    """Store one JCT benchmark run (its summary.json and jobs.csv rows); commits."""
-    run = BenchRun(workload=workload, backend=backend, summary=summary, jobs=jobs)
+    """Store one JCT benchmark run (its summary.json and jobs.csv rows) of `tenant_id`;
+    commits."""
+    run = BenchRun(
+        tenant_id=tenant_id, workload=workload, backend=backend, summary=summary, jobs=jobs
+    )
     session.add(run)
     session.commit()
     return run
 
 
-def list_bench_runs(session: Session, *, limit: int = 100, offset: int = 0) -> Sequence[BenchRun]:
-    """Stored benchmark runs, newest first (the `jobs` rows are not loaded into the answer)."""
-    return session.scalars(
-        select(BenchRun)
-        .options(defer(BenchRun.jobs))
-        .order_by(BenchRun.id.desc())
-        .limit(limit)
-        .offset(offset)
-    ).all()
+def list_bench_runs(
+    session: Session, *, tenant_id: int | None, limit: int = 100, offset: int = 0
+) -> Sequence[BenchRun]:
+    """The tenant's stored benchmark runs (every run with `tenant_id` None), newest first (the
+    `jobs` rows are not loaded into the answer)."""
+    stmt = select(BenchRun).options(defer(BenchRun.jobs))
+    if tenant_id is not None:
+        stmt = stmt.where(BenchRun.tenant_id == tenant_id)
+    return session.scalars(stmt.order_by(BenchRun.id.desc()).limit(limit).offset(offset)).all()
 
 
-def get_bench_run(session: Session, *, run_id: int) -> BenchRun | None:
-    """Benchmark run `run_id` with its jobs rows, or None."""
-    return session.get(BenchRun, run_id)
+def get_bench_run(session: Session, *, run_id: int, tenant_id: int | None) -> BenchRun | None:
+    """Benchmark run `run_id` with its jobs rows, or None when absent or another tenant's than
+    `tenant_id` (None: any tenant's)."""
+    run = session.get(BenchRun, run_id)
+    if run is None or (tenant_id is not None and run.tenant_id != tenant_id):
+        return None
+    return run

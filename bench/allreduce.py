@@ -26,23 +26,22 @@ policy, data path): ``size_mb``, ``workers``, ``policy``, ``datapath``, ``client
 ``inasched_runs_s`` (every repetition), ``within_bound``, ``worst_error`` (largest
 ``|error| / bound`` over the tensor) and ``identical`` (every worker saw the same sum).
 
-Figures, 2026-12-04, ``python -m bench.allreduce`` (3 min 39 s) on the 2-core VM while other
-engineers' tests ran (load average 2.9-4.5), k=256, window 64, MB/s per worker:
+Figures, 2026-12-04 19:12-19:19 UTC, ``python -m bench.allreduce`` (6 min 45 s) on the 2-core
+VM while other engineers' tests ran (load average 6.0-9.1), window 64, MB/s per worker, engine
+at k=256 / k=1,024:
 
-    size  workers  esa engine  static engine  esa python  static python   gloo
-    4 MB     2         33.1         65.5          5.8          9.6        926
-    4 MB     4         19.0         26.4          3.6          4.7        278
-    64 MB    2         37.9         51.0          4.7         11.1       1100
-    64 MB    4         20.5         23.5          3.0          3.9        365
+    size  workers  esa engine      static engine     gloo
+    4 MB     2     47.3 / 76.7     38.8 / 58.3       790
+    4 MB     4     26.2 / 35.0     36.1 / 59.0       258
+    64 MB    2     51.4 / 130.9    56.8 / 141.4      809
+    64 MB    4     26.3 / 84.1     37.5 / 73.2       235
 
-The engine path is 4.6-8.0x the Python one and 0.03-0.10x gloo; every result within the
-bound, the same on every worker. Where the time goes (``perf`` per thread and ``py-spy``,
-64 MB): with esa and 2 workers the PS thread is the busiest, ~70% of a core in Python per
-datagram (`protocol.decode`, ``JobLedger.accept``/``_completed``/``_forget``), each worker's
-I/O thread ~35% and the switch thread ~25%; with static and 4 workers the four I/O threads
-take ~30% of a core each and the switch ~25%, so the two cores are full; a worker's I/O
-thread waits in ``select`` ~40% of its samples and spends 10-17% in `Burst.send`. A scratch
-run with window 256-1,024 moved ~1.2-1.5x more (64 MB, 2 workers), within the noise.
+0.05-0.36x gloo; the engine 1.5-6.6x the Python path; every result within the bound and the
+same on every worker. Where the time goes at k=1,024 (64 MB, 2 workers, esa; ``py-spy`` per
+thread): the switch thread is in ``recvmmsg``/``sendmmsg`` 89% of its samples (its C pass
+5%); the PS mostly idle; a worker's I/O thread waits in ``select`` 54% and dequantizes 24%
+(first-touch faults on the fresh result array). The same day at k=256 before the compiled
+codec: 33-66 MB/s, with the PS thread at ~70% of a core under esa.
 
 Before: esa on the one (Python) data path, 2.3-5.3 MB/s per worker against 195-602 MB/s for
 gloo, 0.9-1.2% of gloo.

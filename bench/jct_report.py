@@ -2,7 +2,9 @@
 
 Targets (issue 8, on the Philly week): esa's average JCT at least 1.35x lower than atp's and
 lower than static's; esa's p99 JCT at most 1.1x atp's. The report says for each whether it
-was met, with the numbers that explain it; nothing here changes a result.
+was met, with the numbers that explain it; nothing here changes a result. A ``--sim`` report
+also states its own validation (`bench.jct_simcheck`): both simulators on a scaled-down slice
+of the run's workload, the gap per policy, and a warning at the top when a gap exceeds 5%.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 
 from bench.jct_params import SOURCES
 from bench.jct_results import DATAPLANE_COUNTERS, PolicyRun, PolicySummary
+from bench.jct_simcheck import SimCheck, check_run, render_check
 
 __all__ = ["Target", "Diagnostics", "diagnose", "evaluate_targets", "render_report"]
 
@@ -115,10 +118,19 @@ def render_report(
     runs: Sequence[PolicyRun],
     ideal_avg: float | None,
     notes: Sequence[str] = (),
+    check: SimCheck | None = None,
 ) -> str:
-    """The whole report as Markdown."""
+    """The whole report as Markdown.
+
+    A ``--sim`` report (`backend` ``"sim"``) carries `check`, the fluid model against the
+    fragment-level one on a slice of its own workload; when not given it is run here
+    (`bench.jct_simcheck.check_run`, seconds to a minute)."""
+    if check is None and backend == "sim" and runs:
+        check = check_run(runs, parameters)
+    warning, check_section = render_check(check) if check is not None else ([], [])
     lines = [
         f"# JCT benchmark: {workload} ({backend})",
+        *warning,
         "",
         "Command (run from the repository root):",
         "",
@@ -189,6 +201,7 @@ def render_report(
             f"Lower bound on any policy's average JCT (each job alone, all bytes in the switch "
             f"at line rate, no queueing): {ideal_avg:,.1f} s.",
         ]
+    lines += check_section
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     lines += ["", "## Parameters and their sources", "", "| parameter | value | source |"]

@@ -6,9 +6,12 @@
 
 The JCT benchmark's parameters (`bench.jct_params.BenchParams`) are used. Prints, per policy:
 wall time, simulated events, events per second, mean/p99 JCT, in-switch
-share; then the aggregate model's error against the fragment-level model on small cases
-(relative mean-JCT error and absolute in-switch-share error, mean and max per policy), and the
-wall time of both simulators on those same cases, side by side, with their ratio.
+share; then the aggregate model's error against the fragment-level model on the validation
+families side by side (`scheduler.validate`: the light cases and issue 24's memory-bound,
+PS-loaded and many-level ones): per family and policy, the mean and the largest signed
+relative mean-JCT error (fluid above fragment-level is positive) and the mean absolute
+in-switch-share error, each family against `scheduler.validate.BOUND`; and the wall time of
+both simulators on the light cases, side by side, with their ratio.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from bench.jct_params import BenchParams
 from bench.jct_sim import sim_config
 from scheduler.fragsim import simulate_fragments
 from scheduler.simulator import simulate
-from scheduler.validate import small_cases, validate
+from scheduler.validate import BOUND, FAMILIES, CaseError, small_cases, validate
 from scheduler.workload import load_workload
 
 POLICIES = ("static", "atp", "esa")
@@ -46,21 +49,35 @@ def speed(workload: str) -> None:
         )
 
 
-def errors(count: int) -> None:
-    print(f"aggregate vs fragment-level model, {count} small cases per policy")
-    print(
-        f"{'policy':8} {'JCT err mean':>12} {'JCT err max':>12} {'share err mean':>15} "
-        f"{'share err max':>14}"
-    )
-    cases = validate(count=count)
-    for policy in POLICIES:
-        mine = [c for c in cases if c.policy == policy]
-        jct = [c.jct_rel_error for c in mine]
-        share = [c.share_abs_error for c in mine]
-        print(
-            f"{policy:8} {statistics.fmean(jct):12.3f} {max(jct):12.3f} "
-            f"{statistics.fmean(share):15.3f} {max(share):14.3f}"
-        )
+def error_table(by_family: dict[str, list[CaseError]]) -> list[str]:
+    """One row per family and policy: mean |JCT error|, the signed error furthest from 0,
+    mean |share error|, and whether every case is within `BOUND`; families side by side."""
+    lines = [
+        f"{'family':14} {'policy':7} {'|JCT err| mean':>14} {'JCT err worst':>13} "
+        f"{'|share err| mean':>16} {'within ' + format(BOUND, '.0%'):>10}"
+    ]
+    for family, errs in by_family.items():
+        for policy in POLICIES:
+            mine = [c for c in errs if c.policy == policy]
+            if not mine:
+                continue
+            worst = max((c.jct_signed_error for c in mine), key=abs)
+            ok = all(c.jct_rel_error <= BOUND for c in mine)
+            lines.append(
+                f"{family:14} {policy:7} {statistics.fmean(c.jct_rel_error for c in mine):14.3f} "
+                f"{worst:+13.3f} {statistics.fmean(c.share_abs_error for c in mine):16.3f} "
+                f"{'yes' if ok else 'NO':>10}"
+            )
+    return lines
+
+
+def errors(count: int, families: list[str]) -> None:
+    print(f"aggregate vs fragment-level model, {count} seeded cases per family and policy")
+    for family in families:
+        about = "2-6 jobs, pools of 64-256, window 16" if family == "light" else FAMILIES[family][0]
+        print(f"  {family}: {about}")
+    by_family = {family: validate(count=count, family=family) for family in families}
+    print("\n".join(error_table(by_family)))
 
 
 def peer(count: int) -> None:
@@ -81,11 +98,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="philly")
     parser.add_argument("--cases", type=int, default=8)
+    parser.add_argument(
+        "--families",
+        default=",".join(["light", *FAMILIES]),
+        help="comma-separated validation families (default: all)",
+    )
     parser.add_argument("--validate-only", action="store_true")
     args = parser.parse_args(argv)
     if not args.validate_only:
         speed(args.workload)
-    errors(args.cases)
+    errors(args.cases, [f.strip() for f in args.families.split(",") if f.strip()])
     peer(args.cases)
 
 

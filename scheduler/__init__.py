@@ -8,21 +8,26 @@ Build one `Scheduler` and call ``decide`` on every job event (the ``on_submit``,
     sched = Scheduler("esa", "srtf", Pool(aggregators=8192, lanes=64), levels=16, aging_s=60.0,
                       seed=0)
     snap = sched.snapshot(now=clock.now(), jobs=[JobView(...), ...])  # every live job, plus
-    decisions = sched.decide(snap)  # terminal ones still holding memory; apply in order:
+    decisions = sched.decide(snap)  # terminal ones still holding memory
 
-- ``Admit(job_id, partition, hash_seed)``: job -> admitted; store the partition (static) or
-  hash seed (atp/esa); reserve the partition (`MemoryMap.reserve`).
+and hand them to the one `DecisionApplier` (``scheduler.applier``), which applies them in order
+to a `JobStore` and a ``p4ctl`` `SwitchBackend`; the service and both simulators use it:
+
+- ``Admit(job_id, partition, hash_seed, shared_pool)``: job -> admitted; store the partition
+  (static) or hash seed and shared pool (atp/esa, aggregators ``0 .. shared_pool - 1``, below
+  every partition in use); reserve it (`MemoryMap.reserve` / ``reserve_shared``).
 - ``Queue(job_id, reason)``: stays queued (expected "no room"; not an error).
 - ``Reject(job_id, reason)``: job -> failed; show `reason` to the user.
 - ``SetPriority(job_id, level)``: write ``job_priority[job] = level`` (higher wins).
-- ``Reclaim(job_id, partition)``: free the job's memory in the switch
-  (``Registers.reclaim_job``) and clear its partition/hash seed; idempotent.
+- ``Reclaim(job_id, partition)``: free the job's memory and its switch job id; idempotent.
 
 ``sched.aggregator_params(job_view) -> AggregatorParams`` is what a joining worker needs
 (static: partition base and slots; atp/esa: pool size and hash seed; lanes). Lifecycle
-changes go through ``check_transition(job_id, old, new)``, which raises `IllegalTransition`
-(map to HTTP 409). Every deliberate error derives from `SchedulerError`. Policies are pure
-and read no clock: the service passes wall time, the simulators virtual time.
+changes go through ``check_transition(job_id, old, new)`` (``DecisionApplier.transition``),
+which raises `IllegalTransition` (map to HTTP 409). Every deliberate error derives from
+`SchedulerError`. Policy and priority names are listed in `scheduler.registry`
+(`policy_names`, `priority_names`). Policies are pure and read no clock: the service passes
+wall time, the simulators virtual time.
 
 Simulation
 ----------
@@ -32,6 +37,7 @@ that drives ``p4ctl.rule.process``. Both return a `RunResult`. Workload names:
 ``philly``, ``synthetic-N``, or a path to a workload CSV (format in `scheduler.workload`).
 """
 
+from scheduler.applier import DecisionApplier, JobStore
 from scheduler.clock import Clock, VirtualClock, WallClock
 from scheduler.config import RunResult, SimConfig, UtilSample
 from scheduler.errors import (
@@ -44,8 +50,15 @@ from scheduler.errors import (
 from scheduler.fragsim import simulate_fragments
 from scheduler.jobs import JobResult
 from scheduler.memory import JobState, MemoryMap, Partition, Pool, check_transition
-from scheduler.policy import POLICIES, Policy, make_policy, register_policy
+from scheduler.policy import Policy
 from scheduler.priority import PRIORITIES, levels, register_priority
+from scheduler.registry import (
+    POLICIES,
+    make_policy,
+    policy_names,
+    priority_names,
+    register_policy,
+)
 from scheduler.service import AggregatorParams, Scheduler
 from scheduler.simulator import simulate
 from scheduler.snapshot import (
@@ -66,10 +79,12 @@ __all__ = [
     "AggregatorParams",
     "Clock",
     "Decision",
+    "DecisionApplier",
     "IllegalTransition",
     "JobResult",
     "JobSpec",
     "JobState",
+    "JobStore",
     "JobView",
     "MemoryConflict",
     "MemoryMap",
@@ -97,6 +112,8 @@ __all__ = [
     "levels",
     "load_workload",
     "make_policy",
+    "policy_names",
+    "priority_names",
     "read_workload",
     "register_policy",
     "register_priority",

@@ -1,7 +1,9 @@
 """``atp`` (ATP): every job shares the pool; placement by a per-job hash seed; the switch
 serves fragments first come first served and sends losers to the job's PS.
 
-Admission never waits: the shared pool degrades (more bypass) instead of refusing. No
+Admission does not wait for room: the shared pool degrades (more bypass) instead of refusing.
+It only waits while static partitions left from an earlier policy leave no shared pool at all
+(`Policy.admit_shared`). No
 priorities are set; the switch's ``job_priority`` stays 0 for every job.
 """
 
@@ -9,8 +11,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from scheduler.policy import Policy, register_policy
-from scheduler.snapshot import Admit, Decision, Snapshot, hash_seed
+from scheduler.policy import Policy
+from scheduler.snapshot import Decision, Snapshot
 
 __all__ = ["AtpPolicy"]
 
@@ -23,11 +25,5 @@ class AtpPolicy(Policy):
 
     def decide(self, snapshot: Snapshot) -> tuple[Decision, ...]:
         out = self.reclaims(snapshot)
-        out += [
-            Admit(j.job_id, hash_seed=hash_seed(snapshot.seed, j.job_id))
-            for j in self.queued(snapshot)
-        ]
-        return tuple(out)
-
-
-register_policy(AtpPolicy.name, AtpPolicy)
+        admitted, waiting = self.admit_shared(snapshot)
+        return (*out, *admitted, *waiting)

@@ -11,9 +11,9 @@ from dataclasses import replace
 from typing import ClassVar
 
 from scheduler.memory import JobState
-from scheduler.policy import Policy, register_policy
+from scheduler.policy import Policy
 from scheduler.priority import levels
-from scheduler.snapshot import Admit, Decision, SetPriority, Snapshot, hash_seed
+from scheduler.snapshot import Decision, SetPriority, Snapshot
 
 __all__ = ["EsaPolicy"]
 
@@ -26,9 +26,10 @@ class EsaPolicy(Policy):
 
     def decide(self, snapshot: Snapshot) -> tuple[Decision, ...]:
         out = self.reclaims(snapshot)
-        admitted = self.queued(snapshot)
-        out += [Admit(j.job_id, hash_seed=hash_seed(snapshot.seed, j.job_id)) for j in admitted]
-        new_ids = {j.job_id for j in admitted}
+        admits, waiting = self.admit_shared(snapshot)
+        out += admits
+        new_ids = {d.job_id for d in admits}
+        admitted = [j for j in self.queued(snapshot) if j.job_id in new_ids]
         active = [j for j in snapshot.jobs if j.state.holds_memory]
         # A just-admitted job has no level yet in the switch; rank it with the others.
         active += [replace(j, state=JobState.ADMITTED, priority=-1) for j in admitted]
@@ -37,7 +38,4 @@ class EsaPolicy(Policy):
             level = ranked[job.job_id]
             if level != job.priority or job.job_id in new_ids:
                 out.append(SetPriority(job.job_id, level))
-        return tuple(out)
-
-
-register_policy(EsaPolicy.name, EsaPolicy)
+        return (*out, *waiting)

@@ -10,8 +10,13 @@ PS process. Assumptions (the fragment-level model in `scheduler.fragsim` makes n
   slot for one switch round trip, plus, when its result comes from the PS, one PS detour and
   the PS queueing delay. Under ``atp`` that is every fragment (the aggregator is freed and the
   result multicast only when the PS result passes back through the switch); under ``esa``
-  only bypassed and evicted ones. The last worker starts `worker_skew_s` x (n-1)/(n+1) after
-  the first on average, and the job waits for it.
+  only bypassed and evicted ones. A PS-bound fragment's result leaves the PS when the PS has
+  served the last of its packets (a bypassed fragment's n contributions, an evicted one's
+  (n+1)/2). The first window goes out at line rate, the rest a window per slot, in
+  ceil(F / W) rounds (`_stream_time`); the iteration ends with the slowest fragment of its
+  last window (`_tail`: under esa a lost one, under atp a bypassed one). Each worker starts
+  ``U(0, worker_skew_s)`` after the job's compute ends, so the last one
+  `worker_skew_s` x n/(n+1) after it on average, and the job waits for it.
 - Jobs compute and communicate independently, so at a random instant job i communicates with
   probability d_i = t_comm / (t_compute + t_comm) (its duty cycle). A fragment's contributions
   arrive spread by the workers' start skew for the first window of an iteration; after that
@@ -19,9 +24,15 @@ PS process. Assumptions (the fragment-level model in `scheduler.fragsim` makes n
   zero when the window binds, since every worker then sends on the same multicast result).
   What job j sees while it communicates is its own full load plus the others' duty-weighted
   loads.
-- Hashed placement is uniform: a fragment finds its aggregator held with probability equal to
-  the share of the pool held by fragments it cannot take (``atp``: anyone's; ``esa``: jobs of
-  equal or higher priority, its own included). An aggregator is held from the first to the
+- Hashed placement is uniform over the aggregators the job does not hold itself
+  (`p4ctl.rule.hashed_index` never puts two fragments of one window on one aggregator): a
+  fragment finds its aggregator held with probability equal to the others' share of those,
+  counting the fragments it cannot take (``atp``: anyone's; ``esa``: jobs of equal or higher
+  priority). In the first window of an iteration a collided fragment may be split: its
+  holder lets go (probability spread / the holder's mean hold) before its last contribution
+  arrives, the rest claim the aggregator, and the workers' fast retransmit (about two
+  smoothed round trips) sends the partial sum and the resends to the PS; a split costs its
+  slot three times over and its PS n more packets. An aggregator is held from the first to the
   last contribution; under ``atp`` also for the PS detour and PS queueing. Under
   ``esa`` a partial sum is evicted when a higher-priority claim lands on it meanwhile
   (Poisson claims).
@@ -29,10 +40,17 @@ PS process. Assumptions (the fragment-level model in `scheduler.fragsim` makes n
   serving critical-path packets first and esa's completion copies only when idle
   (non-preemptive priority). Critical packets per fragment: ``atp`` 1 complete sum; a bypassed
   fragment n contributions; an evicted one its held sum plus the (n-1)/2 contributions still
-  to come on average. A critical packet waits Cobham's M/G/1 non-preemptive-priority delay
-  ``R / (1 - rho_crit)`` with ``R = min(1, rho_all) x ps_fragment_s / 2`` (deterministic
-  service). Windows close the loop, so rho_crit stays below 1: jobs slow down until the PS
-  keeps up; copies beyond the PS's capacity only grow its backlog (they delay nothing here).
+  to come on average. On a process shared by several jobs a critical packet waits Cobham's
+  M/G/1 non-preemptive-priority delay ``R / (1 - rho_crit)`` with
+  ``R = min(1, rho_all) x ps_fragment_s / 2`` (deterministic service). Windows close the
+  loop, so rho_crit stays below 1: jobs slow down until the PS keeps up; copies beyond the
+  PS's capacity only grow its backlog (they delay nothing here). Under atp on a process of
+  its own (``ps_processes="per-job"``) a job's critical packets are its complete sums, paced
+  by its window a slot apart each, and do not queue behind one another while its PS keeps up
+  (the open-queue delay put atp up to 7% slow at a PS loaded to 0.9); the job streams at most
+  one critical packet per ``ps_fragment_s``, and held to that, its window's excess waits in
+  the PS queue, and its aggregators with it. esa's critical packets (its lost fragments'
+  contributions, in bursts) keep the open-queue delay.
 - ``static``: a private partition sized to the window, so nothing bypasses or visits a PS.
 - `SimConfig.switch_pps` (0: unlimited, a hardware pipeline): the switch is one processor
   shared by every packet that enters it and every packet that leaves it (a software switch's
@@ -110,8 +128,30 @@ class CommRate:
     ps_copies: float = 0.0
 
 
-def _skew(cfg: SimConfig, workers: int) -> float:
-    return cfg.worker_skew_s * (workers - 1) / (workers + 1)
+def _last_start(cfg: SimConfig, n: Vec) -> Vec:
+    """When a job's last worker starts an iteration's allreduce, on average: each starts
+    ``U(0, worker_skew_s)`` after its compute ends, and a result waits for all of them."""
+    return cfg.worker_skew_s * n / (n + 1)
+
+
+def _stream_time(frags: Vec, rate: Vec, slot: Vec, fs: float, win: int) -> Vec:
+    """Seconds from a worker's first fragment to its last result: `frags` fragments at `rate`,
+    each back one `slot` after it was sent.
+
+    The first window goes out at line rate; only the fragments after it wait for results.
+    When the window binds (``rate = win / slot``) that is ``(F - W) / rate + W x fs + slot``,
+    one slot less than ``F / rate + slot``, which counted a window's worth of round trips
+    twice; and a last window that is only partly full still waits its whole slot. When the
+    link binds, or the switch (`_switch_cap`) does, neither applies; both fade out
+    continuously between the two, which keeps the fixed point smooth.
+    """
+    unit = np.maximum(0.0, 2 * slot / win - 1 / rate - fs)
+    # Past the first window, fragments go out a window per slot, so a last window that is
+    # only partly full still waits a whole slot: the rounds are ceil(F / W).
+    rounds = np.ceil(frags / win - 1e-9)
+    short = np.where(frags > win, rounds * win - frags, 0.0)
+    out: Vec = frags / rate + slot - (np.minimum(frags, win) - short) * unit
+    return out
 
 
 def _static(cfg: SimConfig, jobs: Sequence[FlowJob]) -> dict[int, CommRate]:
@@ -120,12 +160,13 @@ def _static(cfg: SimConfig, jobs: Sequence[FlowJob]) -> dict[int, CommRate]:
     n = np.array([j.workers for j in jobs], dtype=np.float64)
     frags = np.array([math.ceil(j.grad_bytes / cfg.payload_bytes) for j in jobs], np.float64)
     compute = np.array([j.iter_time_s for j in jobs], dtype=np.float64)
-    fixed = cfg.rtt_s + cfg.worker_skew_s * (n - 1) / (n + 1)
+    last = _last_start(cfg, n)
     per_frag = 2 * n  # n contributions in, n results out (module doc)
     cap = np.full(len(jobs), np.inf)
     for _ in range(_ROUNDS if cfg.switch_pps > 0 else 1):
         rate = np.minimum(1 / step, cap)
-        t = frags / rate + fixed
+        t = _stream_time(frags, rate, np.full(len(jobs), cfg.rtt_s), cfg.fragment_s, cfg.window)
+        t = t + last
         duty = t / (t + compute)
         if cfg.switch_pps <= 0:
             break
@@ -176,9 +217,9 @@ def _switch_cap(pps: float, duty: Vec, demand: Vec, packets: Vec, per_frag: Vec)
 def _rates(x: Vec, q: Vec, a: Vec, w: int, fs: float, cap: Vec) -> Vec:
     """Fragments per second of each worker whose PS-bound fragments wait `x` at the PS.
 
-    A job with no PS-bound fragments (``q == 0``) streams at line rate, or at its share of
-    the switch (`cap`, see `_switch_cap`)."""
-    windowed = np.where(q > 0, w, np.inf) / (a + q * x)
+    A job's window binds whether or not its fragments visit the PS (`q`); its link, or its
+    share of the switch (`cap`, see `_switch_cap`), may bind first."""
+    windowed = w / (a + q * x)
     return np.minimum(np.minimum(1 / fs, windowed), cap)
 
 
@@ -190,7 +231,8 @@ class _PsLoad:
     `g`: critical and copy packets per fragment; `frags`: fragments per iteration; `t_fixed`:
     compute + fixed allreduce time; `cap`: a worker's fragment rate at its share of the
     switch (inf: unlimited); `server`: its PS process, numbered 0 .. servers-1, or
-    None when every job has a process of its own (process i serves job i).
+    None when every job has a process of its own (process i serves job i); `paced`: its
+    critical packets are its complete sums, one per fragment, paced by its window (atp).
     """
 
     q: Vec
@@ -202,6 +244,8 @@ class _PsLoad:
     cap: Vec
     server: npt.NDArray[np.intp] | None
     servers: int
+    win: int
+    paced: bool
 
 
 def _cobham(s: float, fs: float, w: int, load: _PsLoad, x: Vec) -> Vec:
@@ -213,7 +257,7 @@ def _cobham(s: float, fs: float, w: int, load: _PsLoad, x: Vec) -> Vec:
     srv = load.server
     xj = x if srv is None else x[srv]
     r = _rates(xj, load.q, load.a, w, fs, load.cap)
-    t = load.frags / r + load.a + load.q * xj
+    t = _stream_time(load.frags, r, load.a + load.q * xj, fs, load.win)
     d = t / (t + load.t_fixed)  # > 0: every process serves at least one job
     dr = d * r
     crit_j = dr * load.c
@@ -229,8 +273,15 @@ def _cobham(s: float, fs: float, w: int, load: _PsLoad, x: Vec) -> Vec:
         self_crit = _sum_by(srv, self_crit_j, n)
         self_all = _sum_by(srv, self_all_j, n)
         total_d = _sum_by(srv, d, n)
-    rho_c = s * (crit + self_crit / total_d)
-    rho_all = s * (crit + copies + self_all / total_d)
+    if srv is None and load.paced:
+        # atp on a process of its own: the job's window paces its complete sums a slot apart
+        # each, deterministic service, so they do not queue behind one another below
+        # capacity (`_PsLoad.cap` holds it to capacity).
+        rho_c = np.zeros_like(crit)
+        rho_all = rho_c
+    else:
+        rho_c = s * (crit + self_crit / total_d)
+        rho_all = s * (crit + copies + self_all / total_d)
     queued = np.minimum(1.0, rho_all) * (s / 2) / np.maximum(1 - rho_c, 1e-300)
     return np.where(rho_c >= 1, np.inf, queued)
 
@@ -287,7 +338,8 @@ def comm_rates(
     n = np.array([j.workers for j in jobs], dtype=np.float64)
     frags = np.array([math.ceil(j.grad_bytes / cfg.payload_bytes) for j in jobs], np.float64)
     iter_s = np.array([j.iter_time_s for j in jobs], dtype=np.float64)
-    skew = cfg.worker_skew_s * (n - 1) / (n + 1)
+    skew = cfg.worker_skew_s * (n - 1) / (n + 1)  # first to last worker: a fragment's spread
+    last = _last_start(cfg, n)
     servers: dict[int, int] = {}
     server = np.array([servers.setdefault(cfg.ps_of(i), len(servers)) for i in ids], dtype=np.intp)
     own = len(servers) == len(ids)  # a process per job, numbered in job order
@@ -299,6 +351,7 @@ def comm_rates(
     bypass = np.array([r.bypass if r else 0.0 for r in seen])
     evict = np.array([r.evict if r else 0.0 for r in seen])
     wait = np.array([r.ps_wait_s if r else 0.0 for r in seen])
+    open_wait = wait  # the open-queue (Cobham) part of it, which the bisection solves for
     warm = start is not None
     claims_above = np.zeros(top + 1)
     # Damped (Mann) iteration on the loss shares, one step size per share. Near PS saturation
@@ -308,21 +361,60 @@ def comm_rates(
     step = np.full(2 * len(jobs), 0.5)
     pull = np.zeros(2 * len(jobs))
     cap = np.full(len(jobs), np.inf)
+    split = np.zeros(len(jobs))
+    ps_cap = np.full(len(jobs), np.inf)
     for _ in range(_ROUNDS):
         lost = bypass + evict
         q = lost if esa else np.ones_like(lost)
-        c = bypass * n + evict * (n + 1) / 2 + (0.0 if esa else 1.0 - lost)
+        c = bypass * n + evict * (n + 1) / 2 + (0.0 if esa else 1.0 - lost) + split * n
         g = 1.0 - lost if esa else np.zeros_like(lost)
-        a = rtt + q * detour
-        load = _PsLoad(q, a, c, g, frags, iter_s + skew, cap, by_server, len(servers))
-        guess = _sum_by(server, wait, len(servers)) / per_server if warm else None
+        # A fragment whose contributions reach the PS (bypassed: n; evicted: its held sum and
+        # the (n-1)/2 still to come) has its result when the PS has served the last of them.
+        batch = (bypass * (n - 1) + evict * (n - 1) / 2) * s
+        # A split fragment waits about two smoothed round trips for its workers' fast
+        # retransmit, then one PS trip: its slot is three, the PS part counted once more.
+        a = (rtt + q * detour + batch) * (1 + 2 * split) + split * detour
+        q = q * (1 + 2 * split) + split
+        # A process of its own serves a job's critical packets at most one per s.
+        new_ps_cap = (
+            np.divide(1.0, s * c, out=np.full(len(jobs), np.inf), where=c > 0)
+            if own and not esa
+            else np.full(len(jobs), np.inf)
+        )
+        # Damped like the switch's share: near the knee the cap and the loss shares pull on
+        # each other, and undamped they settle into a cycle.
+        both = np.isfinite(new_ps_cap) & np.isfinite(ps_cap)
+        gap = np.subtract(new_ps_cap, ps_cap, out=np.zeros(len(jobs)), where=both)
+        moved_ps = np.abs(gap) / np.where(both, new_ps_cap, 1.0)
+        ps_cap = np.where(
+            np.isinf(ps_cap) | np.isinf(new_ps_cap), new_ps_cap, 0.5 * (ps_cap + new_ps_cap)
+        )
+        held_to = np.minimum(cap, ps_cap)
+        load = _PsLoad(
+            q, a, c, g, frags, iter_s + last, held_to, by_server, len(servers), win, not esa
+        )
+        guess = _sum_by(server, open_wait, len(servers)) / per_server if warm else None
         x = _solve_wait(s, fs, win, load, guess)[server]
+        open_wait = x
         warm = True
+        rate = _rates(x, q, a, win, fs, held_to)
+        # Held to its process's capacity, the job's window fills the PS queue: what does not
+        # fit in a slot waits there, and its aggregators (atp) wait with it.
+        at_ps = _rates(x, q, a, win, fs, ps_cap)  # the PS's cap alone, not the switch's
+        # Without the cap its window is full (window-bound) or not (link-bound); with it, a
+        # window's worth takes longer still, and the difference waits at the PS.
+        uncapped = _rates(x, q, a, win, fs, np.full(len(jobs), np.inf))
+        overflow = np.maximum(0.0, win / at_ps - win / uncapped)
+        x = x + np.divide(overflow, q, out=np.zeros(len(jobs)), where=q > 0)
         delta = float(np.max(np.abs(x - wait) / (x + detour)))
+        delta = max(delta, float(np.max(moved_ps, initial=0.0)))
         wait = x
-        rate = _rates(x, q, a, win, fs, cap)
-        slot = rtt + q * (detour + x)
-        t = frags / rate + slot + skew
+        slot = a + q * x
+        t = (
+            _stream_time(frags, rate, slot, fs, win)
+            + last
+            + _tail(esa, frags, win, bypass, lost, slot - rtt, (n - 1) * s)
+        )
         # How long a fragment's contributions take to all arrive: the workers' start skew
         # for the first window of an iteration; after that the leading worker can be at
         # most its window ahead, and when the window binds every worker sends its next
@@ -340,7 +432,7 @@ def comm_rates(
             # when the PS runs on that CPU, its work on each of them at what a PS packet
             # costs there.
             per_frag = 2 * n + q + (1 + cfg.ps_switch_cost) * (c + g)
-            free = _rates(x, q, a, win, fs, np.full(len(jobs), np.inf))
+            free = _rates(x, q, a, win, fs, ps_cap)
             new_cap = _switch_cap(cfg.switch_pps, duty, free * per_frag, rate * per_frag, per_frag)
             moved_cap = np.where(np.isinf(cap), np.inf, np.abs(new_cap - cap) / new_cap)
             delta = max(delta, float(np.max(np.minimum(moved_cap, 1.0))))
@@ -350,8 +442,29 @@ def comm_rates(
         claims_at = _sum_by(level, duty * rate * (1 - lost), top)
         held_ge = np.append(np.cumsum(held_at[::-1])[::-1], 0.0)
         claims_above = np.append(_above(claims_at), 0.0)
-        b = np.minimum(0.95, (held + held_ge[level] - duty * held) / n_agg)
+        claims_ge = claims_above[:-1] + claims_at
+        # A job's own window never collides with itself (`p4ctl.rule.hashed_index` maps any
+        # `pool` consecutive fragments of a job to distinct aggregators): a new fragment lands
+        # on one of the aggregators the job does not hold, held by others in this share.
+        others = held_ge[level] - duty * held
+        b = np.minimum(0.95, others / np.maximum(n_agg - held, 1.0))
         e = (1 - b) * (1 - np.exp(-claims_above[level] * spread / n_agg)) if esa else 0.0 * b
+        # A split fragment: its first contribution collided, the holder let go before its last
+        # one arrived, so the rest claimed the aggregator and wait for a sum that cannot
+        # complete. Only the first window of an iteration spreads contributions (by the
+        # workers' start skew); the holder lets go within that spread with probability
+        # spread / (its mean hold), the hold's remainder being uniform.
+        mean_hold = np.divide(
+            held_ge[level], claims_ge[level], out=np.zeros(len(jobs)), where=claims_ge[level] > 0
+        )
+        first = np.minimum(frags, win) / frags
+        let_go = np.minimum(
+            1.0, np.divide(skew, mean_hold, out=np.ones(len(jobs)), where=mean_hold > 0)
+        )
+        new_split = first * b * let_go
+        # The split share moves the slot too: the answer has settled only once it has.
+        delta = max(delta, float(np.max(np.abs(new_split - split))))
+        split = new_split
         new_pull = np.concatenate((b - bypass, e - evict))
         step = np.where(new_pull * pull < 0, np.maximum(step / 2, _MIN_STEP), step)
         step = np.where(new_pull * pull > 0, np.minimum(step * 1.25, 0.5), step)
@@ -385,6 +498,19 @@ def comm_rates(
         )
         for i, jid in enumerate(ids)
     }
+
+
+def _tail(esa: bool, frags: Vec, win: int, bypass: Vec, lost: Vec, ps_part: Vec, batch: Vec) -> Vec:
+    """What the slowest fragment of an iteration's last window adds to the mean slot.
+
+    An iteration ends with the result of its last fragment; of the last window, whichever
+    took the PS's way finishes last. Under esa that is any lost fragment (its share of the
+    slot is `ps_part`, ``lost x`` what one costs); under atp every fragment takes the PS's
+    way, and a bypassed one waits for its n contributions there (`batch` more)."""
+    m = np.minimum(frags, win)
+    share, extra = (lost, ps_part / np.maximum(lost, 1e-12)) if esa else (bypass, batch)
+    some = 1 - (1 - share) ** m
+    return (some - share) * extra
 
 
 def _sum_by(index: npt.NDArray[np.intp], weights: Vec | None, n: int) -> Vec:

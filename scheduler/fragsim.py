@@ -1,5 +1,6 @@
 """The fragment-level reference simulator: every packet of every iteration, through the
-switch rule (`p4ctl.rule.process`, the code the soft switch runs) in virtual time.
+switch rule (`p4ctl.rule.process`, the code the soft switch runs) in virtual time. The switch
+is an `InMemorySwitch`, programmed only by the `DecisionApplier` the service uses too.
 
 Per job: n workers, each streaming its F fragments per iteration with at most ``window`` in
 flight, paced by its link; worker w starts an iteration's allreduce ``U(0, worker_skew_s)``
@@ -30,11 +31,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
-from p4ctl.protocol import MAX_JOBS, PS_WORKER_ID, AggState, Flag, Kind, Packet, Policy
+from p4ctl.backend import InMemorySwitch
+from p4ctl.protocol import PS_WORKER_ID, AggState, Flag, Kind, Packet, Policy
 from p4ctl.rule import (
     JobConfig,
     Outcome,
-    Registers,
     ToGroup,
     check,
     hashed_index,
@@ -72,6 +73,7 @@ class _Worker:
 class _Run:
     rec: JobRecord
     sid: int
+    cfg: JobConfig
     frags: int
     iteration: int = 0
     comm_start: float = 0.0
@@ -107,10 +109,12 @@ class _FragmentSim:
             aging_s=cfg.aging_s,
             seed=cfg.seed,
         )
-        self.table = JobTable(sched, cfg.window)
+        # Lanes carry no values here: the simulation follows packets, not sums.
+        self.backend = InMemorySwitch(cfg.pool.aggregators, 0, datapath="python")
+        self.table = JobTable(sched, cfg.window, self.backend)
         self.clock = VirtualClock()
-        self.regs = Registers(cfg.pool.aggregators, 0, MAX_JOBS)
-        self.configs: dict[int, JobConfig] = {}
+        self.regs = self.backend.registers
+        self.configs = self.backend.pipeline.jobs  # the job table, by switch job id
         self.runs: dict[int, _Run] = {}  # by switch job id
         self.ps: dict[int, _PsServer] = {}  # by SimConfig.ps_of
         self.heap: list[tuple[float, int, Callable[[], None]]] = []
@@ -141,35 +145,23 @@ class _FragmentSim:
         self.decide()
 
     def decide(self, finished: JobRecord | None = None) -> None:
+        """A decision round; the applier installs admitted jobs, writes priorities and
+        releases the memory of jobs that left. Admitted jobs start their first iteration."""
         now = self.clock.now()
         if finished is not None:
             self.table.finish(now, finished)
         else:
             self.table.decide(now)
-        for rec in self.table.records.values():
-            sid = rec.spec.job_id % MAX_JOBS
-            self.regs.job_priority[sid] = rec.priority
+        for rec in self.table.active():
             if rec.state == JobState.ADMITTED:
-                self.table.start(rec)
-                self.install(rec, sid)
-        if finished is not None:
-            self.regs.reclaim_job(finished.spec.job_id % MAX_JOBS)
+                self.table.start(now, rec)
+                self.start(rec)
 
-    def install(self, rec: JobRecord, sid: int) -> None:
-        if sid in self.runs and self.runs[sid].rec.state == JobState.RUNNING:
-            raise ValueError(f"switch job id {sid} is in use; fragsim runs < {MAX_JOBS} jobs")
-        part = rec.partition
-        self.configs[sid] = JobConfig(
-            job_id=sid,
-            policy=Policy.parse(self.cfg.policy),
-            fan_in=rec.spec.workers,
-            part_base=part.base if part else 0,
-            part_size=part.slots if part else 0,
-            mcast_group=sid,
-            ps_port=sid,
-        )
+    def start(self, rec: JobRecord) -> None:
+        sid = rec.switch_job_id
+        assert sid is not None
         frags = math.ceil(rec.spec.grad_bytes / self.cfg.payload_bytes)
-        run = _Run(rec, sid, frags)
+        run = _Run(rec, sid, self.configs[sid], frags)
         self.runs[sid] = run
         first = self.clock.now() + self.cfg.job_setup_s + rec.spec.iter_time_s
         self.at(first, lambda: self.start_comm(run))
@@ -229,7 +221,7 @@ class _FragmentSim:
         """Worker `w` sends its next fragment (or resends `seq`)."""
         now = self.clock.now()
         worker = run.workers[w]
-        cfg = self.configs[run.sid]
+        cfg = run.cfg
         if seq is None:
             if worker.in_flight >= self.cfg.window or worker.next_frag >= run.frags:
                 worker.sending = False
@@ -247,7 +239,8 @@ class _FragmentSim:
         if cfg.policy == Policy.STATIC:
             index, shadow = static_index(cfg, seq)
         else:
-            index, shadow = hashed_index(run.rec.hash_seed or 0, seq, self.regs.aggregators), 0
+            pool = run.rec.shared_pool or self.regs.aggregators
+            index, shadow = hashed_index(run.rec.hash_seed or 0, seq, pool), 0
         pkt = Packet(
             Kind.GRADIENT, run.sid, w, cfg.fan_in, index, seq, flags, shadow, bitmap=1 << w
         )
@@ -348,7 +341,7 @@ class _FragmentSim:
             busy = self.cfg.ps_switch_cost / self.cfg.switch_pps
             self.switch_free = max(self.clock.now(), self.switch_free) + busy
         server = self.ps.setdefault(self.cfg.ps_of(run.rec.spec.job_id), _PsServer())
-        copy = bool(pkt.flags & Flag.COMPLETE) and self.configs[run.sid].policy == Policy.ESA
+        copy = bool(pkt.flags & Flag.COMPLETE) and run.cfg.policy == Policy.ESA
         (server.copies if copy else server.critical).append(pkt)
         if not server.busy:
             self.ps_serve(server)
@@ -376,7 +369,7 @@ class _FragmentSim:
     def ps_done(self, run: _Run, pkt: Packet) -> None:
         if run.rec.state != JobState.RUNNING or pkt.seq in run.ps_sent:
             return
-        cfg = self.configs[run.sid]
+        cfg = run.cfg
         full = (1 << cfg.fan_in) - 1
         if pkt.flags & Flag.COMPLETE and cfg.policy == Policy.ESA:
             return  # the switch multicast this sum already; the PS only keeps a copy

@@ -1,26 +1,30 @@
 """`JobTable`: the mutable job records both simulators keep, and the results they report.
 
-It turns records into a `Snapshot`, applies a policy's decisions (checking every lifecycle
-transition and every partition reservation), and accumulates per-job metrics. The REST
-service keeps the same information in its database instead.
+It is the simulators' `JobStore`: it turns records into a `Snapshot`, has the one
+`DecisionApplier` apply a policy's decisions to it and to an `InMemorySwitch` (checking every
+lifecycle transition and every memory reservation), and accumulates per-job metrics. The REST
+service keeps the same information in its database and uses the same applier.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from scheduler.memory import JobState, MemoryMap, Partition, check_transition
+from p4ctl.backend import Endpoint, InMemorySwitch, SwitchBackend
+
+from scheduler.applier import DecisionApplier, Placement, StoredJob, Waiting
+from scheduler.memory import JobState, MemoryMap, Partition
 from scheduler.service import Scheduler
-from scheduler.snapshot import Admit, Decision, JobView, Queue, Reclaim, Reject, SetPriority
+from scheduler.snapshot import Decision, JobView
 from scheduler.workload import JobSpec
 
 __all__ = ["JobRecord", "JobResult", "JobTable"]
 
-log = logging.getLogger(__name__)
 
 _HOLDING = (JobState.ADMITTED, JobState.RUNNING)
+# Where the simulated switch sends a job's PS traffic: the simulators route it themselves.
+SIMULATED_PS = Endpoint("127.0.0.1", 9)
 
 
 @dataclass(slots=True)
@@ -35,6 +39,8 @@ class JobRecord:
     starved_s: float = 0.0
     partition: Partition | None = None
     hash_seed: int | None = None
+    shared_pool: int | None = None
+    switch_job_id: int | None = None
     admitted_s: float | None = None
     finished_s: float | None = None
     bytes_switch: float = 0.0
@@ -58,6 +64,7 @@ class JobRecord:
             priority=self.priority,
             partition=self.partition,
             hash_seed=self.hash_seed,
+            shared_pool=self.shared_pool,
         )
 
 
@@ -84,16 +91,27 @@ class JobResult:
 
 
 class JobTable:
-    """Job records keyed by id, with decision application."""
+    """Job records keyed by id: the simulators' `JobStore`, with the applier that drives it.
 
-    def __init__(self, scheduler: Scheduler, window: int) -> None:
+    `switch` is the simulated switch (an `InMemorySwitch` on the Python data path by default).
+    """
+
+    def __init__(
+        self, scheduler: Scheduler, window: int, switch: SwitchBackend | None = None
+    ) -> None:
         self.scheduler = scheduler
         self.window = window
         self.records: dict[int, JobRecord] = {}
         # Jobs not yet terminal: what every snapshot holds, kept apart so that a long run's
         # finished jobs cost nothing per event.
         self.live: dict[int, JobRecord] = {}
-        self.memory = MemoryMap(scheduler.pool)
+        pool = scheduler.pool
+        self.switch = switch or InMemorySwitch(pool.aggregators, 0, datapath="python")
+        self.applier = DecisionApplier(backend=self.switch, pool=pool, ps=SIMULATED_PS)
+
+    @property
+    def memory(self) -> MemoryMap:
+        return self.applier.memory
 
     def add(self, spec: JobSpec) -> JobRecord:
         rec = JobRecord(spec=spec, window=self.window)
@@ -108,44 +126,52 @@ class JobTable:
     def decide(self, now: float, extra: Iterable[JobRecord] = ()) -> tuple[Decision, ...]:
         """Run the policy on the live jobs (plus `extra`, e.g. just-finished ones) and apply."""
         views = [r.view() for r in (*self.live.values(), *extra)]
-        decisions = self.scheduler.decide(self.scheduler.snapshot(now, views))
-        for d in decisions:
-            self.apply(now, d)
-        return decisions
+        return self.applier.decide(self, self.scheduler, now, views)
 
-    def apply(self, now: float, d: Decision) -> None:
-        rec = self.records[d.job_id]
-        match d:
-            case Admit(partition=part, hash_seed=seed):
-                rec.state = check_transition(d.job_id, rec.state, JobState.ADMITTED)
-                if part is not None:
-                    self.memory.reserve(d.job_id, part)
-                rec.partition, rec.hash_seed, rec.admitted_s = part, seed, now
-            case Queue():
-                pass
-            case Reject(reason=reason):
-                rec.state = check_transition(d.job_id, rec.state, JobState.FAILED)
-                rec.finished_s = now
-                self.live.pop(d.job_id, None)
-                log.warning("job %d rejected: %s", d.job_id, reason)
-            case SetPriority(level=level):
-                rec.priority = level
-            case Reclaim():
-                self.memory.release(d.job_id)
-                rec.partition, rec.hash_seed = None, None
+    # ------------------------------------------------------------------ JobStore
+
+    def job(self, job_id: int) -> StoredJob:
+        rec = self.records[job_id]
+        return StoredJob(
+            job_id, rec.state, rec.spec.workers, rec.window, rec.priority, rec.switch_job_id
+        )
+
+    def set_state(self, job_id: int, state: JobState, *, now: float, reason: str | None) -> None:
+        rec = self.records[job_id]
+        rec.state = state
+        if state == JobState.ADMITTED:
+            rec.admitted_s = now
+        if state.terminal:
+            rec.finished_s = now
+            self.live.pop(job_id, None)
+
+    def set_reason(self, job_id: int, why: Waiting) -> bool:
+        return False  # a simulation reports no reasons
+
+    def place(self, job_id: int, placement: Placement | None) -> None:
+        rec = self.records[job_id]
+        if placement is None:
+            rec.switch_job_id = rec.partition = rec.hash_seed = rec.shared_pool = None
+            return
+        rec.switch_job_id = placement.switch_job_id
+        rec.partition, rec.hash_seed = placement.partition, placement.hash_seed
+        rec.shared_pool = placement.shared_pool
+
+    def set_priority(self, job_id: int, level: int, *, now: float) -> None:
+        self.records[job_id].priority = level
+
+    # ------------------------------------------------------------------ lifecycle
 
     def progress_mark(self, rec: JobRecord) -> None:
         """`rec` completed another ``progress_step`` of its iterations: it is making progress,
         so its aging clock (``starved_s``, see `JobView`) starts again from zero."""
         rec.starved_s = 0.0
 
-    def start(self, rec: JobRecord) -> None:
-        rec.state = check_transition(rec.spec.job_id, rec.state, JobState.RUNNING)
+    def start(self, now: float, rec: JobRecord) -> None:
+        self.applier.transition(self, rec.spec.job_id, JobState.RUNNING, now=now)
 
     def finish(self, now: float, rec: JobRecord) -> None:
-        rec.state = check_transition(rec.spec.job_id, rec.state, JobState.FINISHED)
-        rec.finished_s = now
-        del self.live[rec.spec.job_id]
+        self.applier.transition(self, rec.spec.job_id, JobState.FINISHED, now=now)
         self.decide(now, extra=[rec])
 
     def results(self) -> tuple[JobResult, ...]:

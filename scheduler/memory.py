@@ -115,15 +115,22 @@ def first_fit(pool: Pool, taken: Iterable[Partition], slots: int) -> Partition |
 
 
 class MemoryMap:
-    """Who holds which partition: reserve/release pairs; release is idempotent."""
+    """Who holds which memory: reserve/release pairs; release is idempotent.
+
+    A static job reserves its `Partition`; a shared-pool job (atp/esa) reserves the shared
+    pool it hashes into, aggregators ``0 .. size - 1`` (`reserve_shared`). The two never
+    overlap: a policy change while static jobs run must not let hashed fragments land in a
+    private partition (and the static rule would overwrite a hashed partial sum).
+    """
 
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
         self._parts: dict[int, Partition] = {}
+        self._shared: dict[int, int] = {}
 
     def reserve(self, job_id: int, part: Partition) -> None:
-        """Record `part` for `job_id`; raises `MemoryConflict` on overlap, overflow or a slot
-        count that is not a power of two."""
+        """Record `part` for `job_id`; raises `MemoryConflict` on overlap (with a partition or
+        a shared pool in use), overflow or a slot count that is not a power of two."""
         if part.base < 0 or part.slots < 1 or part.end > self.pool.aggregators:
             raise MemoryConflict(f"job {job_id}: {part} is outside a pool of {self.pool}")
         if not _is_power_of_two(part.slots):
@@ -134,11 +141,43 @@ class MemoryMap:
         for other_id, other in self._parts.items():
             if other_id != job_id and other.overlaps(part):
                 raise MemoryConflict(f"job {job_id}: {part} overlaps job {other_id}'s {other}")
+        for other_id, size in self._shared.items():
+            if other_id != job_id and part.base < size:
+                raise MemoryConflict(
+                    f"job {job_id}: {part} overlaps the shared pool 0..{size - 1} that job "
+                    f"{other_id} hashes into"
+                )
         self._parts[job_id] = part
 
+    def shared_limit(self) -> int:
+        """The largest shared pool free of partitions: aggregators below the lowest one."""
+        return min((p.base for p in self._parts.values()), default=self.pool.aggregators)
+
+    def reserve_shared(self, job_id: int, size: int) -> None:
+        """Record that `job_id` hashes into aggregators ``0 .. size - 1``; raises
+        `MemoryConflict` when that range is empty, leaves the pool or meets a partition."""
+        if not 1 <= size <= self.pool.aggregators:
+            raise MemoryConflict(
+                f"job {job_id}: shared pool of {size} outside a pool of {self.pool}"
+            )
+        limit = self.shared_limit()
+        if size > limit:
+            owner = min(self._parts, key=lambda j: self._parts[j].base)
+            raise MemoryConflict(
+                f"job {job_id}: shared pool 0..{size - 1} overlaps job {owner}'s "
+                f"{self._parts[owner]}"
+            )
+        self._shared[job_id] = size
+
     def release(self, job_id: int) -> Partition | None:
-        """Free `job_id`'s partition; returns it, or None if it held none."""
+        """Free `job_id`'s partition or shared-pool use; returns the partition, or None if it
+        held none."""
+        self._shared.pop(job_id, None)
         return self._parts.pop(job_id, None)
+
+    def shared(self) -> dict[int, int]:
+        """``{job_id: shared pool size}`` of every job hashing into the shared pool."""
+        return dict(self._shared)
 
     def partitions(self) -> dict[int, Partition]:
         """``{job_id: Partition}`` of every reservation."""
@@ -149,8 +188,13 @@ class MemoryMap:
         return sum(p.size for p in self._parts.values())
 
 
-class JobState(enum.Enum):
-    """Lifecycle of a job. Terminal: finished, failed, cancelled."""
+class JobState(enum.StrEnum):
+    """Lifecycle of a job. Terminal: finished, failed, cancelled.
+
+    The one list of job states: the store's column, the REST schemas and the CLI take theirs
+    from here. A `str` enum, so a stored or sent value compares equal to its member; every
+    change of state goes through `check_transition`.
+    """
 
     QUEUED = "queued"
     ADMITTED = "admitted"

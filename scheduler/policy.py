@@ -1,22 +1,21 @@
-"""The one policy interface, and the name-to-factory registry of policies.
+"""The one policy interface.
 
 A policy is pure: ``decide(snapshot)`` returns decisions and changes nothing, reads no clock
 and does no I/O; its only randomness is the snapshot's seed. Every policy answers the same
-call, so callers never switch on a policy's name.
+call, so callers never switch on a policy's name. The built-in policies are listed, by name,
+in `scheduler.registry`.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from typing import ClassVar
 
-from scheduler.errors import UnknownName
 from scheduler.memory import JobState
 from scheduler.priority import DEFAULT_AGING_S, DEFAULT_LEVELS, get_priority
-from scheduler.snapshot import Decision, JobView, Reclaim, Snapshot
+from scheduler.snapshot import Admit, Decision, JobView, Queue, Reclaim, Snapshot, hash_seed
 
-__all__ = ["POLICIES", "Policy", "PolicyFactory", "make_policy", "register_policy"]
+__all__ = ["Policy"]
 
 
 class Policy(ABC):
@@ -58,30 +57,19 @@ class Policy(ABC):
         waiting = [j for j in snapshot.jobs if j.state == JobState.QUEUED]
         return sorted(waiting, key=lambda j: (j.arrival_s, j.job_id))
 
-
-PolicyFactory = Callable[..., Policy]
-POLICIES: dict[str, PolicyFactory] = {}
-
-
-def register_policy(name: str, factory: PolicyFactory) -> None:
-    """Add (or replace) policy `name`; `factory(**params)` builds one."""
-    POLICIES[name] = factory
-
-
-def make_policy(name: str, **params: object) -> Policy:
-    """A new policy registered as `name`, built with `params`; raises `UnknownName`."""
-    _load_builtin()
-    try:
-        factory = POLICIES[name]
-    except KeyError:
-        known = ", ".join(sorted(POLICIES))
-        raise UnknownName(f"unknown policy {name!r}; known: {known}") from None
-    return factory(**params)
-
-
-def _load_builtin() -> None:
-    # The built-in policies register themselves on import; importing here keeps this module
-    # free of a dependency cycle on them.
-    import scheduler.atp  # noqa: F401
-    import scheduler.esa  # noqa: F401
-    import scheduler.static  # noqa: F401
+    @classmethod
+    def admit_shared(cls, snapshot: Snapshot) -> tuple[list[Decision], list[Decision]]:
+        """``(admits, waits)`` for the queued jobs of a shared-pool policy: every one is
+        admitted with its hash seed into the shared pool, which stops below the partitions
+        static jobs admitted under an earlier policy still hold; while one starts at
+        aggregator 0 there is no shared pool and they all wait."""
+        size = snapshot.shared_pool()
+        queued = cls.queued(snapshot)
+        if size < 1:
+            reason = "static partitions from an earlier policy hold the start of the pool"
+            return [], [Queue(j.job_id, reason) for j in queued]
+        admits: list[Decision] = [
+            Admit(j.job_id, hash_seed=hash_seed(snapshot.seed, j.job_id), shared_pool=size)
+            for j in queued
+        ]
+        return admits, []

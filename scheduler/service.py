@@ -11,8 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from scheduler.memory import Pool
-from scheduler.policy import Policy, make_policy
+from scheduler.policy import Policy
 from scheduler.priority import DEFAULT_AGING_S, DEFAULT_LEVELS
+from scheduler.registry import make_policy
 from scheduler.snapshot import Decision, JobView, Snapshot
 
 __all__ = ["AggregatorParams", "Scheduler"]

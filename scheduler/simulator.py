@@ -84,7 +84,7 @@ def simulate(jobs: Sequence[JobSpec], cfg: SimConfig) -> RunResult:
             table.decide(t_next)
         for rec in table.active():
             if rec.state == JobState.ADMITTED:
-                table.start(rec)
+                table.start(t_next, rec)
                 if cfg.job_setup_s > 0:
                     setup[rec.spec.job_id] = t_next + cfg.job_setup_s
     unfinished = sum(1 for r in table.records.values() if r.state != JobState.FINISHED)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scheduler.memory import DEFAULT_WINDOW, JobState, Partition, Pool
+from scheduler.memory import COPIES_PER_SLOT, DEFAULT_WINDOW, JobState, Partition, Pool
 
 __all__ = [
     "Admit",
@@ -33,8 +33,8 @@ class JobView:
     (the last time it completed another ``progress_step`` of its iterations, where its
     priority is recomputed anyway): a job that keeps making progress sheds its boost, one that
     stalls while losing fragments keeps climbing until it is at the top.
-    `partition`/`hash_seed` are what an earlier `Admit` gave it; `priority` is the level the
-    switch holds for it now.
+    `partition`/`hash_seed`/`shared_pool` are what an earlier `Admit` gave it; `priority` is
+    the level the switch holds for it now.
     """
 
     job_id: int
@@ -50,6 +50,7 @@ class JobView:
     priority: int = 0
     partition: Partition | None = None
     hash_seed: int | None = None
+    shared_pool: int | None = None
 
     @property
     def remaining_bytes(self) -> float:
@@ -73,22 +74,44 @@ class Snapshot:
     jobs: tuple[JobView, ...]
     seed: int = 0
 
+    def shared_pool(self) -> int:
+        """Aggregators a newly admitted shared-pool job may hash into: ``0 .. n - 1``, below
+        every partition a live job holds (0 when one starts at aggregator 0).
+
+        Jobs that ended are left out: their `Reclaim` comes first among the decisions.
+        """
+        bases = [j.partition.base for j in self.jobs if j.partition and not j.state.terminal]
+        return min(bases, default=self.pool.aggregators)
+
+    def shared_ranges(self) -> list[Partition]:
+        """The aggregators live shared-pool jobs hash into, as partitions from 0 (what a new
+        static partition must not overlap)."""
+        return [
+            Partition(0, -(-(j.shared_pool or self.pool.aggregators) // COPIES_PER_SLOT))
+            for j in self.jobs
+            if j.hash_seed is not None and not j.state.terminal
+        ]
+
 
 @dataclass(frozen=True, slots=True)
 class Admit:
-    """Let the job run: with a private `partition` (static) or a `hash_seed` (shared pool)."""
+    """Let the job run: with a private `partition` (static), or a `hash_seed` and the
+    `shared_pool` it hashes into, aggregators ``0 .. shared_pool - 1`` (atp/esa)."""
 
     job_id: int
     partition: Partition | None = None
     hash_seed: int | None = None
+    shared_pool: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Queue:
-    """Expected "no room now": the job waits in the admission queue."""
+    """Expected "no room now": the job waits in the admission queue. `slots` is set when it
+    waits for a private partition of that many slots (two aggregators each)."""
 
     job_id: int
     reason: str
+    slots: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

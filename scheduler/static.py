@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from scheduler.memory import COPIES_PER_SLOT, first_fit, partition_slots
-from scheduler.policy import Policy, register_policy
+from scheduler.policy import Policy
 from scheduler.snapshot import Admit, Decision, Queue, Reject, Snapshot
 
 __all__ = ["StaticPolicy"]
@@ -30,6 +30,8 @@ class StaticPolicy(Policy):
     def decide(self, snapshot: Snapshot) -> tuple[Decision, ...]:
         out = self.reclaims(snapshot)
         taken = [j.partition for j in snapshot.jobs if j.state.holds_memory and j.partition]
+        # Jobs admitted under a shared policy before a policy change hash into 0..n-1.
+        taken += snapshot.shared_ranges()
         pool = snapshot.pool.aggregators
         for job in self.queued(snapshot):
             slots = partition_slots(job.window)
@@ -46,7 +48,8 @@ class StaticPolicy(Policy):
                 continue
             part = first_fit(snapshot.pool, taken, slots)
             if part is None:
-                out.append(Queue(job.job_id, f"no free range of {need} aggregators"))
+                why = f"waiting for a partition of {slots:,} slots ({need:,} aggregators)"
+                out.append(Queue(job.job_id, why, slots=slots))
                 continue
             taken.append(part)
             out.append(Admit(job.job_id, partition=part))
@@ -57,6 +60,3 @@ def _largest_window(aggregators: int) -> int:
     """The largest window whose partition fits `aggregators`, a power of two (0: none fits)."""
     slots = aggregators // COPIES_PER_SLOT
     return 1 << (slots.bit_length() - 1) if slots else 0
-
-
-register_policy(StaticPolicy.name, StaticPolicy)

@@ -37,6 +37,7 @@ import random
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import astuple, dataclass, fields
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
@@ -45,6 +46,8 @@ from scheduler.memory import COPIES_PER_SLOT, DEFAULT_AGGREGATORS, DEFAULT_WINDO
 
 __all__ = [
     "JobSpec",
+    "UnknownModel",
+    "find_model",
     "load_workload",
     "model_table",
     "philly_jobs",
@@ -92,6 +95,38 @@ def model_table() -> dict[str, tuple[int, float]]:
         if row["gpu"] == V100 and row["model"] in sizes:
             table[row["model"]] = (sizes[row["model"]], float(row["t_iter_ms"]) / 1e3)
     return dict(sorted(table.items()))
+
+
+class UnknownModel(WorkloadError):
+    """A model name that names no model of the table, or more than one; the message lists
+    the known names."""
+
+
+def _plain(name: str) -> str:
+    return "".join(c for c in name.lower() if c.isalnum())
+
+
+@cache
+def _model_names() -> dict[str, str]:
+    return {_plain(known): known for known in model_table()}
+
+
+def find_model(name: str) -> str:
+    """The model table's name for `name`: matched ignoring case and punctuation ("resnet50"
+    is "ResNet-50"), or by the start of exactly one name ("bert" is "BERT-large").
+
+    The one matcher of model names: job submission (REST and ``inasched jobs submit``) and
+    ``inasched worker --model`` both use it. Raises `UnknownModel`.
+    """
+    names = _model_names()
+    key = _plain(name)
+    if key in names:
+        return names[key]
+    starts = sorted(known for plain, known in names.items() if key and plain.startswith(key))
+    if len(starts) == 1:
+        return starts[0]
+    what = f"is ambiguous ({', '.join(starts)})" if starts else "is not a known model"
+    raise UnknownModel(f"model {name!r} {what}; known models: {', '.join(sorted(names.values()))}")
 
 
 def philly_jobs(

@@ -151,7 +151,8 @@ class FragmentIO:
             return None
         seq, attempts = oldest
         switch = f"{self.switch[0]}:{self.switch[1]}"
-        return AllreduceTimeout(self.join.switch_job_id, seq, timeout_s, attempts, switch)
+        # Named by the service's job id, the one its user knows (not the switch's).
+        return AllreduceTimeout(self.join.job_id, seq, timeout_s, attempts, switch)
 
     def fail(self, error: BaseException, pending: list[Transfer]) -> None:
         """End every transfer (in flight and `pending`) with `error`; the window empties."""

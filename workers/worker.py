@@ -5,8 +5,9 @@
     inasched worker --config worker0.json [...]
 
 Each iteration sleeps for the model's compute time (``scheduler`` model table: V100 forward +
-backward, times `--compute-scale`) and then allreduces a gradient of the model's size (times
-`--scale`; the emulation benchmark shrinks gradients) through the switch. With a service, the
+backward, times `--compute-scale`) and then allreduces a gradient of the job's size (of the
+model's size with an explicit `--model`; times `--scale`: the emulation benchmark shrinks
+gradients) through the switch. With a service, the
 worker joins through REST (``workers.rendezvous``), heartbeats every
 ``heartbeat_interval_s`` and reports progress (iterations done, bytes aggregated in the switch
 and at the PS). With ``--config`` it reads the same join JSON from a file and talks to no
@@ -69,15 +70,16 @@ FINAL_REPORT_S = 120.0
 def model_cost(model: str) -> tuple[int, float] | None:
     """``(gradient bytes, V100 iteration seconds)`` of `model` from the scheduler's table.
 
-    Names match ignoring case and punctuation ("resnet50" is "ResNet-50"); None if unknown.
+    Names match as job submission matches them (`scheduler.workload.find_model`: case and
+    punctuation ignored, "resnet50" is "ResNet-50"); None if unknown.
     """
-    from scheduler.workload import model_table  # the scheduler owns the shipped data
+    # The scheduler owns the shipped data and the one matcher of model names.
+    from scheduler.workload import UnknownModel, find_model, model_table
 
-    def plain(name: str) -> str:
-        return "".join(c for c in name.lower() if c.isalnum())
-
-    table = {plain(name): cost for name, cost in model_table().items()}
-    return table.get(plain(model))
+    try:
+        return model_table()[find_model(model)]
+    except UnknownModel:
+        return None
 
 
 class Reporter:
@@ -176,7 +178,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--token", help="the job's join token")
     parser.add_argument("--service", help="base URL of the inasched service")
     parser.add_argument("--config", help="join JSON file, instead of --job/--token/--service")
-    parser.add_argument("--model", help="model name in the model table (default: the job's)")
+    parser.add_argument(
+        "--model",
+        help="emulate this model of the model table: its gradient size and compute time "
+        "(default: the job's gradient size and its model's compute time)",
+    )
     parser.add_argument("--iterations", type=int, help="default: the job's")
     parser.add_argument("--scale", type=float, default=1.0, help="gradient size factor")
     parser.add_argument("--compute-scale", type=float, default=1.0, help="compute time factor")
@@ -242,7 +248,10 @@ def _run(args: argparse.Namespace) -> int:
     model = args.model or join_info.model
     iterations = args.iterations if args.iterations is not None else join_info.iterations
     cost = model_cost(model) if model else None
-    grad_bytes, compute_s = cost if cost else (join_info.gradient_bytes, 0.0)
+    compute_s = cost[1] if cost else 0.0
+    # The gradient is the job's size, which the service scheduled; only an explicit `--model`
+    # (emulating that model's job, scaled by `--scale`) sizes it from the model table.
+    grad_bytes = cost[0] if cost and args.model else join_info.gradient_bytes
     size = max(1, int(grad_bytes * args.scale) // 4)
     compute_s *= args.compute_scale
     client = AllreduceClient(

@@ -1,1 +1,2 @@
-"""One router per resource: jobs, workers, switch, policy, metrics, events, bench runs."""
+"""One router per resource: jobs, workers, switch, policy, metrics, events, bench runs,
+tokens."""

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from api.deps import ServiceDep, SessionDep, TenantDep
+from api.deps import CallerDep, ServiceDep, SessionDep, TenantDep
 from api.errors import NotFound
 from api.events import Event
 from api.schemas import BenchRunCreate, BenchRunDetail, BenchRunPublic
@@ -15,25 +15,30 @@ from api.store import get_bench_run, list_bench_runs, store_bench_run
 router = APIRouter(prefix="/bench/runs", tags=["bench"])
 
 
-@router.get("", summary="stored benchmark runs, newest first")
+@router.get("", summary="the caller's stored benchmark runs, newest first")
 def index(
-    _: TenantDep,
+    caller: CallerDep,
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
 ) -> list[BenchRunPublic]:
-    """``[{"id", "created_at", "workload", "backend", "summary"}]``."""
+    """``[{"id", "created_at", "workload", "backend", "summary"}]``: the runs the caller's
+    tenant stored (an admin token: every run)."""
+    owner = None if caller.admin else caller.tenant.id
     return [
         BenchRunPublic.model_validate(r)
-        for r in list_bench_runs(session, limit=limit, offset=offset)
+        for r in list_bench_runs(session, tenant_id=owner, limit=limit, offset=offset)
     ]
 
 
 @router.get("/{run_id}", summary="one run with its summary and job rows")
 def show(
-    run_id: Annotated[int, Path(ge=1, le=2**31 - 1)], _: TenantDep, session: SessionDep
+    run_id: Annotated[int, Path(ge=1, le=2**31 - 1)], caller: CallerDep, session: SessionDep
 ) -> BenchRunDetail:
-    run = get_bench_run(session, run_id=run_id)
+    """404 for another tenant's run, as for one that does not exist."""
+    run = get_bench_run(
+        session, run_id=run_id, tenant_id=None if caller.admin else caller.tenant.id
+    )
     if run is None:
         raise NotFound(f"benchmark run {run_id} does not exist")
     return BenchRunDetail.model_validate(run)
@@ -41,12 +46,18 @@ def show(
 
 @router.post("", status_code=201, summary="store a finished run")
 def create(
-    body: BenchRunCreate, _: TenantDep, session: SessionDep, service: ServiceDep
+    body: BenchRunCreate, tenant: TenantDep, session: SessionDep, service: ServiceDep
 ) -> BenchRunPublic:
-    """The stored run (without its job rows); also sent as an ``event: bench``."""
+    """The stored run (without its job rows), owned by the caller's tenant; also sent to that
+    tenant's event streams as an ``event: bench``."""
     run = store_bench_run(
-        session, workload=body.workload, backend=body.backend, summary=body.summary, jobs=body.jobs
+        session,
+        tenant_id=tenant.id,
+        workload=body.workload,
+        backend=body.backend,
+        summary=body.summary,
+        jobs=body.jobs,
     )
     public = BenchRunPublic.model_validate(run)
-    service.events.publish(Event("bench", public.model_dump(mode="json")))
+    service.events.publish(Event("bench", public.model_dump(mode="json"), tenant_id=tenant.id))
     return public

@@ -2,35 +2,19 @@
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query
 
-from api.deps import JobIdPath, ServiceDep, SessionDep, TenantDep
-from api.errors import Invalid, NotFound
+from api.deps import CallerDep, JobIdPath, ServiceDep, SessionDep, TenantDep
+from api.errors import NotFound
+from api.inputs import check_resubmission, job_size
+from api.jobviews import job_public
 from api.rendezvous import cancel_job
 from api.schemas import JobCreate, JobCreated, JobDetail, JobList, JobPublic, JobStateName
 from api.store import create_job, get_job, list_jobs
-from scheduler.workload import model_table
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
-
-
-@cache
-def _models() -> dict[str, int]:
-    return {name.lower(): grad for name, (grad, _) in model_table().items()}
-
-
-def _gradient_bytes(spec: JobCreate) -> int:
-    if spec.gradient_bytes is not None:
-        return spec.gradient_bytes
-    assert spec.model is not None
-    grad = _models().get(spec.model.lower())
-    if grad is None:
-        known = ", ".join(sorted(model_table()))
-        raise Invalid(("body", "model"), f"unknown model; known: {known}; or give gradient_bytes")
-    return grad
 
 
 @router.post("", status_code=201, summary="submit a job")
@@ -42,43 +26,53 @@ def submit(
     idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
 ) -> JobCreated:
     """The queued or admitted job and its join token (shown only here; a retry with the same
-    ``Idempotency-Key`` returns the same job with ``join_token`` null)."""
+    ``Idempotency-Key`` returns the same job with ``join_token`` null; 422 when its body
+    differs)."""
+    gradient_bytes = job_size(spec, limit=service.settings.max_gradient_bytes)
     job, token = create_job(
         session,
         tenant_id=tenant.id,
         spec=spec,
-        gradient_bytes=_gradient_bytes(spec),
+        gradient_bytes=gradient_bytes,
         window=spec.window or service.settings.window,
         client_key=idempotency_key,
     )
+    if token is None:
+        check_resubmission(job, spec, gradient_bytes=gradient_bytes)
     if token is not None:
         service.coordinator.reschedule()
     session.refresh(job)
     service.coordinator.publish_jobs([job])
-    return JobCreated.model_validate(
-        {**JobPublic.model_validate(job).model_dump(), "join_token": token}
-    )
+    public = job_public(job, service.coordinator.queue_reasons, JobPublic)
+    return JobCreated.model_validate({**public.model_dump(), "join_token": token})
 
 
-@router.get("", summary="list the tenant's jobs")
+@router.get("", summary="list the tenant's jobs (an admin token: every tenant's)")
 def index(
-    tenant: TenantDep,
+    caller: CallerDep,
     session: SessionDep,
+    service: ServiceDep,
     state: JobStateName | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
 ) -> JobList:
     """``{"items": [JobPublic], "total": n}``, newest first."""
-    rows, total = list_jobs(session, tenant_id=tenant.id, state=state, limit=limit, offset=offset)
-    return JobList(items=[JobPublic.model_validate(r) for r in rows], total=total)
+    owner = None if caller.admin else caller.tenant.id
+    rows, total = list_jobs(session, tenant_id=owner, state=state, limit=limit, offset=offset)
+    reasons = service.coordinator.queue_reasons
+    return JobList(items=[job_public(r, reasons, JobPublic) for r in rows], total=total)
 
 
 @router.get("/{job_id}", summary="one job with its workers and priority history")
-def show(job_id: JobIdPath, tenant: TenantDep, session: SessionDep) -> JobDetail:
-    job = get_job(session, job_id=job_id, tenant_id=tenant.id, details=True)
+def show(
+    job_id: JobIdPath, caller: CallerDep, session: SessionDep, service: ServiceDep
+) -> JobDetail:
+    """404 for another tenant's job (an admin token sees every job)."""
+    owner = None if caller.admin else caller.tenant.id
+    job = get_job(session, job_id=job_id, tenant_id=owner, details=True)
     if job is None:
         raise NotFound(f"job {job_id} does not exist")
-    return JobDetail.model_validate(job)
+    return job_public(job, service.coordinator.queue_reasons, JobDetail)
 
 
 @router.delete("/{job_id}", summary="cancel a job")

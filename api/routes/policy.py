@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.deps import ServiceDep, TenantDep
+from api.deps import AdminDep, ServiceDep, TenantDep
 from api.schemas import PolicyPublic, PolicyUpdate
 from api.topology import PolicyConfig
 
@@ -32,9 +32,14 @@ def read_policy(_: TenantDep, service: ServiceDep) -> PolicyPublic:
     return _public(service.coordinator.policy)
 
 
-@router.put("", summary="change the policy for jobs admitted afterwards")
-def update_policy(update: PolicyUpdate, _: TenantDep, service: ServiceDep) -> PolicyPublic:
-    """The new policy, with ``applies_to`` saying which jobs it governs."""
+@router.put(
+    "",
+    summary="change the policy for jobs admitted afterwards (admin token)",
+    responses={403: {"description": "the token is a tenant token, not an admin token"}},
+)
+def update_policy(update: PolicyUpdate, _: AdminDep, service: ServiceDep) -> PolicyPublic:
+    """The new policy, with ``applies_to`` saying which jobs it governs. Only an admin token
+    may change it: the policy governs every tenant's jobs."""
     old = service.coordinator.policy
     config = PolicyConfig(
         policy=update.policy,

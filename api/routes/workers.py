@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from api.deps import JobIdPath, JoinedJobDep, ServiceDep, WorkerIdPath
 from api.errors import Conflict
+from api.inputs import check_data_address
 from api.rendezvous import heartbeat, join, report_progress
 from api.schemas import WorkerJoin, WorkerJoinRequest, WorkerProgress, WorkerState
 
@@ -25,10 +26,28 @@ CONFLICT: dict[int | str, dict[str, Any]] = {
 
 @router.post("", status_code=201, responses=CONFLICT, summary="join a job")
 def join_job(
-    job_id: JobIdPath, body: WorkerJoinRequest, job: JoinedJobDep, service: ServiceDep
+    job_id: JobIdPath,
+    body: WorkerJoinRequest,
+    job: JoinedJobDep,
+    service: ServiceDep,
+    request: Request,
 ) -> WorkerJoin:
     """The worker's id, the switch and PS addresses and the job's aggregator placement.
-    A job still waiting for switch memory answers after a short wait, or 409 ``queued``."""
+    A job still waiting for switch memory answers after a short wait, or 409 ``queued``.
+    422 for a `data_host` that is not the request's source address nor in the service's
+    ``worker_networks``, that is not unicast, or for the service's own address."""
+    topology = service.coordinator.topology
+    own = [(e.host, e.port) for e in (topology.switch_data, topology.ps)]
+    server = request.scope.get("server")
+    if server and server[1] is not None:
+        own.append((str(server[0]), int(server[1])))
+    check_data_address(
+        body.data_host,
+        body.data_port,
+        source=request.client.host if request.client else None,
+        networks=service.settings.worker_networks,
+        own=own,
+    )
     deadline = time.monotonic() + JOIN_WAIT_S
     while True:
         try:

@@ -189,13 +189,17 @@ class InMemorySwitch:
     """A `SwitchBackend` that programs an in-process `Pipeline` directly.
 
     `pipeline` is public so that a simulator can pass datagrams through it
-    (``pipeline.handle(data, source)``) while the service-side code programs it.
+    (``pipeline.handle(data, source)``) while the service-side code programs it; `datapath`
+    picks its data path (``"python"`` keeps the registers plain lists, as the rule is fastest
+    on one cell at a time).
     """
 
-    def __init__(self, aggregators: int = 4096, lanes: int = 64) -> None:
+    def __init__(
+        self, aggregators: int = 4096, lanes: int = 64, *, datapath: str | None = None
+    ) -> None:
         self.aggregators = aggregators
         self.lanes = lanes
-        self.pipeline = Pipeline(aggregators, lanes)
+        self.pipeline = Pipeline(aggregators, lanes, datapath=datapath)
         self._ports = PortMap()
 
     @property

@@ -229,17 +229,13 @@ class SwitchClient:
 
     def counters(self) -> SwitchCounters:
         with self._lock:
-            # Only the installed jobs' cells: a wildcard read of 6 x 1024 counters costs seconds
-            # with the pure-Python protobuf runtime.
-            queries = []
-            for cid, name in self.names.counter_name.items():
-                if name not in JOB_COUNTERS:
-                    queries.append(p4rt.Entity(counter_entry=p4rt.CounterEntry(counter_id=cid)))
-                    continue
-                for job in sorted(self._jobs):
-                    entity = p4rt.Entity(counter_entry=p4rt.CounterEntry(counter_id=cid))
-                    entity.counter_entry.index.index = job
-                    queries.append(entity)
+            # Every cell of every counter, so a removed job's counts stay visible, as with
+            # `InMemorySwitch`; one query per counter (a wildcard over counter ids is optional
+            # for a target).
+            queries = [
+                p4rt.Entity(counter_entry=p4rt.CounterEntry(counter_id=cid))
+                for cid in self.names.counter_name
+            ]
             jobs = {name: [0] * MAX_JOBS for name in JOB_COUNTERS}
             drops = [0] * len(DropReason)
             for entity in self._read(queries):

@@ -1,4 +1,4 @@
-"""The soft switch's P4Runtime gRPC service (protos from the ``p4runtime`` package).
+"""The soft switch's P4Runtime gRPC service (the P4Runtime 1.6.0 protos of ``p4``).
 
 Supported: Capabilities; Set/GetForwardingPipelineConfig (only the inasched P4Info for this
 switch's sizing is accepted; anything else is refused with INVALID_ARGUMENT naming the first
@@ -46,7 +46,7 @@ def first_difference(got: Message, want: Message, path: str = "p4info") -> str |
     for fd in want.DESCRIPTOR.fields:
         name = f"{path}.{fd.name}"
         a, b = getattr(got, fd.name), getattr(want, fd.name)
-        if fd.label == fd.LABEL_REPEATED:
+        if fd.is_repeated:
             for i, (x, y) in enumerate(zip(a, b, strict=False)):
                 found = (
                     first_difference(x, y, f"{name}[{i}]")
@@ -197,18 +197,20 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):  # type: ignore[mi
     ) -> Iterator[p4rt.ReadResponse]:
         self._check_device(request.device_id, context)
         self._check_pipeline(context)
-        reply = p4rt.ReadResponse()
+        # Batched into one repeated-field copy per reply: a copy per entity costs a third of
+        # the time of building the entities.
+        batch: list[p4rt.Entity] = []
         try:
             for query in request.entities:
                 for entity in self._entities.read(query):
-                    reply.entities.append(entity)
-                    if len(reply.entities) >= READ_BATCH:
-                        yield reply
-                        reply = p4rt.ReadResponse()
+                    batch.append(entity)
+                    if len(batch) >= READ_BATCH:
+                        yield p4rt.ReadResponse(entities=batch)
+                        batch = []
         except EntityError as exc:
             _abort(context, _status_code(exc.code), str(exc))
-        if reply.entities or not request.entities:
-            yield reply
+        if batch or not request.entities:
+            yield p4rt.ReadResponse(entities=batch)
 
     def StreamChannel(
         self, request_iterator: Iterator[p4rt.StreamMessageRequest], context: grpc.ServicerContext

@@ -8,8 +8,11 @@ Embedded (tests, ``inasched up``)::
 
 From the command line (`main`)::
 
-    inasched switch --p4runtime 127.0.0.1:9559 --data 127.0.0.1:9555 --aggregators 4096 \
-        --lanes 64 [--drop-rate 0.01 --seed 1]
+    inasched switch --p4runtime 127.0.0.1:9559 --data 127.0.0.1:9555 --aggregators 20480 \
+        --lanes 64 [--drop-rate 0.01 --seed 1] [--device-id 0]
+
+The default sizing is the P4 program's (``p4info.DEFAULT_AGGREGATORS``, ``DEFAULT_LANES``), so
+the switch accepts the committed P4Info and a service started with ``--switch`` and no sizing.
 
 Both addresses default to ephemeral loopback ports. The switch starts with no pipeline; the
 controller sets it (`p4ctl.client.SwitchClient` does so when it connects).
@@ -28,7 +31,7 @@ import grpc
 from p4.v1 import p4runtime_pb2_grpc
 
 from p4ctl.dataplane import DataPlane
-from p4ctl.p4info import DEFAULT_LANES
+from p4ctl.p4info import DEFAULT_AGGREGATORS, DEFAULT_LANES, MAX_AGGREGATORS, MAX_LANE_CELLS
 from p4ctl.p4rt_service import P4RuntimeService
 from p4ctl.pipeline import Address, Pipeline
 from p4ctl.protocol import SUPPORTED_LANES
@@ -60,7 +63,7 @@ class SoftSwitch:
     def __init__(
         self,
         *,
-        aggregators: int = 4096,
+        aggregators: int = DEFAULT_AGGREGATORS,
         lanes: int = DEFAULT_LANES,
         data: Address = ("127.0.0.1", 0),
         p4runtime: Address = ("127.0.0.1", 0),
@@ -71,6 +74,17 @@ class SoftSwitch:
     ) -> None:
         if lanes not in SUPPORTED_LANES:
             raise ValueError(f"lanes must be one of {SUPPORTED_LANES}, got {lanes}")
+        if not 1 <= aggregators <= MAX_AGGREGATORS:
+            raise ValueError(
+                f"aggregators must be 1..{MAX_AGGREGATORS} (registers take aggregators x lanes "
+                f"x 4 bytes of memory), got {aggregators}"
+            )
+        if aggregators * lanes > MAX_LANE_CELLS:
+            raise ValueError(
+                f"{aggregators} aggregators of {lanes} lanes take more than "
+                f"{MAX_LANE_CELLS * 4 >> 20} MiB of lane registers: at most "
+                f"{MAX_LANE_CELLS // lanes} aggregators at {lanes} lanes"
+            )
         self.pipeline = Pipeline(
             aggregators, lanes, drop_rate=drop_rate, seed=seed, datapath=datapath
         )
@@ -164,17 +178,33 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="inasched switch", description=__doc__.splitlines()[0])
     parser.add_argument("--p4runtime", default="127.0.0.1:9559", help="HOST:PORT for gRPC")
     parser.add_argument("--data", default="127.0.0.1:9555", help="HOST:PORT for UDP data")
-    parser.add_argument("--aggregators", type=int, default=4096)
-    parser.add_argument("--lanes", type=int, default=DEFAULT_LANES, choices=SUPPORTED_LANES)
+    parser.add_argument(
+        "--aggregators",
+        type=int,
+        default=DEFAULT_AGGREGATORS,
+        help=f"pool size, 1..{MAX_AGGREGATORS} (default: the P4 program's, {DEFAULT_AGGREGATORS})",
+    )
+    parser.add_argument(
+        "--lanes",
+        type=int,
+        default=DEFAULT_LANES,
+        choices=SUPPORTED_LANES,
+        help=f"int32 lanes per packet (default {DEFAULT_LANES})",
+    )
     parser.add_argument("--drop-rate", type=float, default=0.0, help="injected loss, 0..1")
     parser.add_argument("--seed", type=int, default=0, help="seed of the injected loss")
-    parser.add_argument("--device-id", type=int, default=0)
+    parser.add_argument(
+        "--device-id",
+        type=int,
+        default=0,
+        help="P4Runtime device id (default 0, as p4runtime-shell)",
+    )
     parser.add_argument(
         "--datapath",
         choices=("engine", "python"),
         help="compiled or pure-Python packet pass (default: INASCHED_DATAPATH, else engine)",
     )
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", default="INFO", help="log detail (default INFO)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     try:

@@ -104,12 +104,13 @@ class LiveServer:
 
 @dataclass
 class Api:
-    """A running app on the in-memory switch, and tokens of two tenants."""
+    """A running app on the in-memory switch, tokens of two tenants and an admin token."""
 
     client: httpx.Client
     switch: InMemorySwitch
     token: str
     other_token: str
+    admin_token: str
 
     def auth(self, token: str | None = None) -> dict[str, str]:
         return {"Authorization": f"Bearer {token or self.token}"}
@@ -131,8 +132,9 @@ def make_api(settings: Settings) -> Iterator[Api]:
     with sessions() as s:
         token = create_tenant_token(s, tenant="alice")
         other = create_tenant_token(s, tenant="bob")
+        admin = create_tenant_token(s, tenant="root", admin=True)
     with LiveServer(app) as url, httpx.Client(base_url=url, timeout=30) as client:
-        yield Api(client=client, switch=switch, token=token, other_token=other)
+        yield Api(client=client, switch=switch, token=token, other_token=other, admin_token=admin)
 
 
 @pytest.fixture

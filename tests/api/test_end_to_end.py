@@ -3,6 +3,7 @@ the service (in this process) programming the switch over P4Runtime."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -21,6 +22,10 @@ from tests.api.conftest import LiveServer, wait_for
 pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "api.cli"]
 TERMINAL = ("finished", "failed", "cancelled")
+# The external PS serves the jobs the service registers over its control channel, signed
+# with the secret both were given.
+PS_SECRET = "end-to-end-shared-secret"
+PS_ENV = {"INASCHED_PS_SECRET": PS_SECRET}
 
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:
@@ -29,10 +34,15 @@ def free_port(kind: int = socket.SOCK_STREAM) -> int:
         return int(s.getsockname()[1])
 
 
-def start(args: list[str], log: Path, ready: str) -> subprocess.Popen[bytes]:
-    """Start ``inasched ARGS``; returns once its log shows `ready`."""
+def start(
+    args: list[str], log: Path, ready: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``inasched ARGS`` (with `env` added to the environment); returns once its log
+    shows `ready`."""
     with open(log, "wb") as out:
-        proc = subprocess.Popen(CLI + args, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            CLI + args, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
     wait_for(
         lambda: ready in log.read_text(errors="replace") or proc.poll() is not None,
         f"{args[0]} to start",
@@ -59,12 +69,16 @@ class DataPlane:
     p4runtime: str
     data: str
     ps: str
+    ps_control: str
 
 
 @pytest.fixture
 def dataplane(tmp_path: Path) -> Iterator[DataPlane]:
     grpc, data, ps = free_port(), free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_DGRAM)
-    plane = DataPlane(f"127.0.0.1:{grpc}", f"127.0.0.1:{data}", f"127.0.0.1:{ps}")
+    control = free_port()
+    plane = DataPlane(
+        f"127.0.0.1:{grpc}", f"127.0.0.1:{data}", f"127.0.0.1:{ps}", f"127.0.0.1:{control}"
+    )
     procs = []
     try:
         procs.append(
@@ -75,7 +89,8 @@ def dataplane(tmp_path: Path) -> Iterator[DataPlane]:
                 "soft switch: P4Runtime on",
             )
         )  # fmt: skip
-        procs.append(start(["ps", "--port", str(ps)], tmp_path / "ps.log", "parameter server on"))
+        ps_args = ["ps", "--port", str(ps), "--control-port", str(control)]
+        procs.append(start(ps_args, tmp_path / "ps.log", "control channel on", PS_ENV))
         yield plane
     finally:
         stop(procs)
@@ -87,6 +102,8 @@ def service_settings(tmp_path: Path, plane: DataPlane, port: int = 0) -> Setting
         switch=plane.p4runtime,
         switch_data=plane.data,
         ps=plane.ps,
+        ps_control=plane.ps_control,
+        ps_secret=PS_SECRET,
         aggregators=1024,
         policy="esa",
         port=port,

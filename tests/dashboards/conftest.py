@@ -87,7 +87,12 @@ def page(chromium: Any, console: Console) -> Iterator[Any]:
     context = chromium.new_context(viewport=LAPTOP)
     page = context.new_page()
     page.set_default_timeout(10_000)
-    page.on("console", lambda m: m.type == "error" and console.errors.append(m.text))
+
+    def on_console(message: Any) -> None:
+        if message.type == "error":
+            console.errors.append(message.text)
+
+    page.on("console", on_console)
     page.on("pageerror", lambda e: console.errors.append(f"uncaught: {e}"))
     yield page
     context.close()

@@ -4,7 +4,7 @@ It serves the real static files and fake, moving data: a few jobs of the tenant 
 another tenant that holds switch memory, progress that advances on a timer, and cancel. The
 browser tests against the real service check the same behaviour end to end; this one also
 covers what a short demo cannot produce (preemption counters, drops, benchmark runs, every
-job state).
+job state). `create_fixture_app` also takes other jobs (`fixture_explain.py`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ from fastapi.staticfiles import StaticFiles
 from dashboards import static_dir
 
 TOKEN = "ina_t_fixture-token"
+EMPTY_TOKEN = "ina_t_fixture-no-jobs"  # a tenant without jobs
 AGGREGATORS = 1024
 LANES = 64
 TICK_S = 0.25
@@ -45,6 +46,8 @@ class FakeJob:
     started_at: float | None = None
     finished_at: float | None = None
     history: list[dict[str, float]] = field(default_factory=list)
+    reason: str | None = None
+    queue_reason: dict[str, Any] | None = None
 
     def public(self) -> dict[str, Any]:
         def iso(t: float | None) -> str | None:
@@ -55,6 +58,8 @@ class FakeJob:
             "id": self.id,
             "name": self.name,
             "state": self.state,
+            "reason": self.reason,
+            "queue_reason": self.queue_reason if self.state == "queued" else None,
             "policy": self.policy,
             "priority_level": self.priority_level,
             "n_workers": self.n_workers,
@@ -80,11 +85,20 @@ class FakeJob:
 class FakeService:
     """The fake's state; `tick` moves it on, `cancel` ends a job and frees its memory."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        jobs: list[FakeJob] | None = None,
+        *,
+        aggregators: int = AGGREGATORS,
+        bench_run: dict[str, Any] | None = None,
+    ) -> None:
         now = time.time()
+        self.aggregators = aggregators
+        self.bench_run = bench_run or BENCH_RUN
         self.jobs = {
             job.id: job
-            for job in (
+            for job in jobs
+            or (
                 FakeJob(
                     1,
                     "resnet50-esa",
@@ -176,7 +190,7 @@ class FakeService:
             for job in self.jobs.values()
         }
         return {
-            "aggregators": AGGREGATORS,
+            "aggregators": self.aggregators,
             "lanes": LANES,
             "runs": runs,
             "counters": {
@@ -233,20 +247,21 @@ def _bench_run() -> dict[str, Any]:
 BENCH_RUN = _bench_run()
 
 
-def _tenant(authorization: str | None, token: str | None = None) -> None:
+def _tenant(authorization: str | None, token: str | None = None) -> bool:
+    """True for the tenant that owns the fake's jobs, False for the one without jobs."""
     given = token or (authorization or "").removeprefix("Bearer ").strip()
-    if given != TOKEN:
+    if given not in (TOKEN, EMPTY_TOKEN):
         raise HTTPException(401, "unknown API token")
+    return given == TOKEN
 
 
-def create_fixture_app() -> FastAPI:
-    """The fake service: JSON endpoints, `/events`, and the dashboard's static files at `/`."""
-    fake: FakeService | None = None
+def create_fixture_app(make_fake: Callable[[], FakeService] = FakeService) -> FastAPI:
+    """The fake service: JSON endpoints, `/events`, and the dashboard's static files at `/`;
+    `make_fake` builds its state."""
+    fake = make_fake()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        nonlocal fake
-        fake = FakeService()
         app.state.fake = fake
 
         async def ticker() -> None:
@@ -267,9 +282,11 @@ def create_fixture_app() -> FastAPI:
         limit: int = 100,
         offset: int = 0,
     ) -> dict[str, Any]:
-        _tenant(authorization)
+        own = _tenant(authorization)
         items = [
-            j.public() for j in fake.jobs.values() if j.own and (not state or j.state == state)
+            j.public()
+            for j in sorted(fake.jobs.values(), key=lambda j: -j.id)
+            if own and j.own and (not state or j.state == state)
         ]
         return {"items": items[offset : offset + limit], "total": len(items)}
 
@@ -308,12 +325,12 @@ def create_fixture_app() -> FastAPI:
     @app.get("/bench/runs")
     def bench_runs(authorization: str | None = Header(None)) -> list[dict[str, Any]]:
         _tenant(authorization)
-        return [{k: v for k, v in BENCH_RUN.items() if k != "jobs"}]
+        return [{k: v for k, v in fake.bench_run.items() if k != "jobs"}]
 
     @app.get("/bench/runs/{run_id}")
     def bench_run(run_id: int, authorization: str | None = Header(None)) -> dict[str, Any]:
         _tenant(authorization)
-        return BENCH_RUN
+        return fake.bench_run
 
     @app.get("/events")
     async def events(

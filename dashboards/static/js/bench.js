@@ -176,8 +176,8 @@ export class BenchView {
               },
               el("td", {}, String(r.id)),
               el("td", {}, formatWhen(r.created_at)),
-              el("td", {}, String(r.workload ?? "")),
-              el("td", {}, String(r.backend ?? "")),
+              el("td", { class: "workload", title: String(r.workload ?? "") }, String(r.workload ?? "")),
+              el("td", { class: "backend" }, String(r.backend ?? "")),
             ),
           ),
         ),
@@ -247,7 +247,7 @@ export class BenchView {
     return el(
       "div",
       { class: "panel run-detail" },
-      el("h3", {}, `Run ${run.id}`, el("span", { class: "muted" }, ` · ${run.workload ?? ""} · ${run.backend ?? ""}`)),
+      el("h3", { class: "run-title" }, `Run ${run.id}`, el("span", { class: "muted" }, ` · ${run.workload ?? ""} · ${run.backend ?? ""}`)),
       el("div", { class: "stats" }, ratioCard("atp"), ratioCard("static")),
       table,
       el("figure", {}, el("figcaption", {}, "JCT CDF per policy"), cdf),
@@ -257,5 +257,5 @@ export class BenchView {
 
 function formatWhen(value) {
   const ms = parseTime(value);
-  return ms === null ? String(value ?? "") : new Date(ms).toLocaleString();
+  return ms === null ? String(value ?? "") : new Date(ms).toLocaleString(undefined, { dateStyle: "short", timeStyle: "short" });
 }

@@ -17,9 +17,11 @@ import {
   pct,
   rgbCss,
   switchShare,
+  whyText,
 } from "./format.js";
 
 const REFRESH_MS = 1000;
+const CALLOUT_LABELS = { failed: "Failed", queued: "Queued", cancelled: "Cancelled", admitted: "Not started" };
 const MAX_SAMPLES = 300;
 
 export class JobDetail {
@@ -113,12 +115,16 @@ export class JobDetail {
       el("span", { class: "muted" }, [job.policy || "no policy yet", job.model, `${job.n_workers} workers`, `${bytes(Number(job.gradient_bytes))} gradient`].filter(Boolean).join(" · ")),
       this.cancelButton(job),
     );
+    const why = whyText(job);
+    const callout = why
+      ? el("p", { class: `callout callout-${job.state}`, role: "status" }, el("strong", {}, `${CALLOUT_LABELS[job.state] || job.state}: `), why)
+      : null;
 
     const stats = el(
       "div",
       { class: "stats" },
       stat("progress", `${done} / ${total}`, el("span", { class: "muted" }, total ? pct(done / total) : "")),
-      stat(clock.label, duration(clock.seconds)),
+      clock.seconds === null && clock.note ? stat(clock.label, "–", el("span", { class: "muted" }, clock.note)) : stat(clock.label, duration(clock.seconds)),
       stat("priority level", job.priority_level ?? "–"),
       stat("throughput", ...this.throughputText()),
       stat("in switch / at PS", share === null ? "–" : `${pct(share)} / ${pct(1 - share)}`, el("span", { class: "muted" }, `${bytes(Number(job.bytes_switch || 0))} / ${bytes(Number(job.bytes_ps || 0))}`)),
@@ -141,10 +147,10 @@ export class JobDetail {
       this.headKey = null;
       this.root.replaceChildren(...Object.values(this.boxes));
     }
-    const headKey = JSON.stringify([job.id, job.name, job.state, job.policy, job.model, job.n_workers, this.armed, store.ownIds.has(job.id)]);
+    const headKey = JSON.stringify([job.id, job.name, job.state, why, job.policy, job.model, job.n_workers, this.armed, store.ownIds.has(job.id)]);
     if (headKey !== this.headKey) {
       this.headKey = headKey;
-      this.boxes.head.replaceChildren(head);
+      this.boxes.head.replaceChildren(head, callout || "");
     }
     this.boxes.stats.replaceChildren(stats);
     this.boxes.charts.replaceChildren(charts);
@@ -193,7 +199,7 @@ export class JobDetail {
     const job = this.job;
     const clock = jobClock(job);
     const done = Number(job.iterations_done || 0);
-    const avg = clock.seconds > 0 && clock.label !== "waiting" ? done / clock.seconds : null;
+    const avg = clock.seconds > 0 && clock.label !== "queued" ? done / clock.seconds : null;
     const rates = this.rates().slice(-3);
     if (rates.length && !ENDED_STATES.has(job.state)) {
       const bps = rates.reduce((a, r) => a + r[1], 0) / rates.length;
@@ -230,7 +236,7 @@ export class JobDetail {
 
   throughputChart(job) {
     const rates = this.rates();
-    if (rates.length < 2) return el("p", { class: "empty" }, "Collecting samples…");
+    if (rates.length < 2) return el("p", { class: "empty throughput-note" }, this.noThroughputText(job));
     return lineChart([{ name: "bytes/s", color: rgbCss(jobRgb(job.id)), points: rates.map((r) => [r[0], r[1]]) }], {
       width: 560,
       height: 200,
@@ -240,6 +246,19 @@ export class JobDetail {
       yFormat: (v) => bytes(v).replace(" ", ""),
       title: "throughput",
     });
+  }
+
+  // Why the throughput chart is empty: it samples only while the job runs and the page is open.
+  noThroughputText(job) {
+    if (ENDED_STATES.has(job.state)) {
+      const clock = jobClock(job);
+      const moved = Number(job.bytes_switch || 0) + Number(job.bytes_ps || 0);
+      const avg = clock.seconds > 0 ? `: ${bytes(moved / clock.seconds)}/s on average over ${duration(clock.seconds)}` : "";
+      return `The job ${job.state}${avg}. Throughput is sampled only while a job runs and this page is open.`;
+    }
+    if (job.state === "queued") return "No throughput yet: the job is queued.";
+    if (job.state === "admitted") return "No throughput yet: the job waits for its workers to join.";
+    return "Collecting samples…";
   }
 
   workersTable(job) {
@@ -263,7 +282,7 @@ export class JobDetail {
       el("h3", {}, `Workers (${workers.length})`),
       workers.length
         ? el("table", { class: "jobs" }, el("thead", {}, el("tr", {}, el("th", {}, "worker"), el("th", {}, "data address"), el("th", {}, "last heartbeat"))), el("tbody", {}, rows))
-        : el("p", { class: "empty" }, "No worker has joined yet."),
+        : el("p", { class: "empty" }, ENDED_STATES.has(job.state) ? "No worker joined this job." : "No worker has joined yet."),
     );
   }
 }

@@ -81,7 +81,9 @@ export function packets(value) {
 
 export const ENDED_STATES = new Set(["finished", "cancelled", "failed"]);
 
-// Seconds a job has run (or waited, while queued), or its JCT once it ended.
+// What a job's clock shows: its JCT once it ended, the time it has run since all its workers
+// joined, or the time it has waited in the queue. An admitted job whose workers have not all
+// joined has not started: its clock stands still (`seconds` null) until they do.
 export function jobClock(job, nowMs = Date.now()) {
   if (ENDED_STATES.has(job.state)) {
     if (Number.isFinite(job.jct_s)) return { label: "JCT", seconds: job.jct_s };
@@ -90,9 +92,30 @@ export function jobClock(job, nowMs = Date.now()) {
     return { label: "ran", seconds: start && end ? (end - start) / 1000 : null };
   }
   const started = parseTime(job.started_at);
-  if (started) return { label: "elapsed", seconds: (nowMs - started) / 1000 };
-  const submitted = parseTime(job.submitted_at);
-  return { label: "waiting", seconds: submitted ? (nowMs - submitted) / 1000 : null };
+  if (started) return { label: "elapsed", seconds: (nowMs - started) / 1000, ticking: true };
+  if (job.state === "queued") {
+    const submitted = parseTime(job.submitted_at);
+    return { label: "queued", seconds: submitted ? (nowMs - submitted) / 1000 : null, ticking: true };
+  }
+  return { label: "not started", seconds: null, note: "waiting for its workers to join" };
+}
+
+// A clock as one short cell: "JCT 1 m 02 s", "queued 12 s", "4.2 s", "not started".
+export function clockText(clock) {
+  if (clock.seconds === null && clock.note) return clock.label;
+  const value = duration(clock.seconds);
+  return clock.label === "elapsed" ? value : `${clock.label} ${value}`;
+}
+
+// Why a job is where it is, in words, or null: why it failed, was cancelled or waits.
+export function whyText(job) {
+  if (job.state === "queued") {
+    return (job.queue_reason && job.queue_reason.message) || job.reason || "waiting for the scheduler";
+  }
+  if (job.state === "failed") return job.reason || "no reason was recorded";
+  if (job.state === "cancelled") return job.reason || null;
+  if (job.state === "admitted" && !job.started_at) return "waiting for its workers to join";
+  return null;
 }
 
 export function switchShare(job) {

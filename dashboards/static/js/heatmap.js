@@ -2,11 +2,12 @@
 // state, with the counters and a legend beside it.
 
 import { store } from "./store.js";
-import { FREE_RGB, count, el, jobRgb, packets, pct, rgbCss, shadeRgb } from "./format.js";
+import { FREE_RGB, count, el, jobRgb, packets, pct, rgbCss } from "./format.js";
 
 const STATES = { 1: "partial", 2: "complete", 3: "flushed" };
 const MAX_HEIGHT = 330; // px: keeps the heatmap and the jobs table on one laptop screen
 const MAX_CELL = 22;
+const SAMPLE_JOBS = [1, 2, 3]; // hues for the state key while no job holds memory
 
 export class Heatmap {
   constructor(root) {
@@ -159,6 +160,8 @@ export class Heatmap {
     this.previous = { at: now, totals };
   }
 
+  // One entry per job on the switch: its hue in the three shades the heatmap draws it in
+  // (partial, complete, flushed), its name and the aggregators it holds.
   renderJobLegend(snap) {
     const held = new Map();
     for (const [, length, jobId] of this.runs) held.set(jobId, (held.get(jobId) || 0) + length);
@@ -171,38 +174,58 @@ export class Heatmap {
     const existing = new Map(
       [...this.legendJobs.querySelectorAll("li[data-job-id]")].map((li) => [Number(li.dataset.jobId), li]),
     );
-    const items = [...ids]
-      .sort((a, b) => a - b)
-      .map((id) => {
-        const li =
-          existing.get(id) ||
+    const sorted = [...ids].sort((a, b) => a - b);
+    const items = sorted.map((id) => {
+      const li =
+        existing.get(id) ||
+        el(
+          "li",
+          { dataset: { jobId: id } },
           el(
-            "li",
-            { dataset: { jobId: id } },
+            "span",
+            { class: "chip", title: "light: partial · full: complete · dark: flushed" },
+            el("span", { class: "shade partial", style: `background:${rgbCss(jobRgb(id, "partial"))}` }),
             el("span", { class: "swatch", style: `background:${rgbCss(jobRgb(id))}` }),
-            el("a", { href: `#/jobs/${id}` }),
-            el("span", { class: "muted held" }),
-          );
-        const c = jobCounters[String(id)] || {};
-        li.title = `bypassed ${count(packets(c.job_bypassed))} packets`;
-        li.querySelector("a").textContent = `#${id} ${store.jobName(id)}`;
-        li.querySelector(".held").textContent = `${count(held.get(id) || 0)} aggs`;
-        return li;
-      });
+            el("span", { class: "shade flushed", style: `background:${rgbCss(jobRgb(id, "flushed"))}` }),
+          ),
+          el("a", { href: `#/jobs/${id}` }),
+          el("span", { class: "muted held" }),
+        );
+      const c = jobCounters[String(id)] || {};
+      li.title = `bypassed ${count(packets(c.job_bypassed))} packets`;
+      li.querySelector("a").textContent = `#${id} ${store.jobName(id)}`;
+      li.querySelector(".held").textContent = `${count(held.get(id) || 0)} aggs`;
+      return li;
+    });
     if (!items.length) items.push(this.noJobs || (this.noJobs = el("li", { class: "muted" }, "no job holds switch memory")));
     const same = items.length === this.legendJobs.children.length && items.every((li, i) => this.legendJobs.children[i] === li);
     if (!same) this.legendJobs.replaceChildren(...items);
+    this.renderStateLegend(sorted.slice(0, 4));
   }
 
-  renderStateLegend() {
-    const grey = [128, 128, 128]; // no job's hue: the key is about shading only
-    const entry = (label, rgb, note) =>
-      el("li", { title: note }, el("span", { class: "swatch", style: `background:${rgbCss(rgb)}` }), label);
+  // The state key in the hues of the jobs on the switch (a few sample hues when there are
+  // none), so that each shade reads the same whatever the job.
+  renderStateLegend(jobIds = []) {
+    const hues = jobIds.length ? jobIds : SAMPLE_JOBS;
+    const key = hues.join(",");
+    if (key === this.stateKey) return;
+    this.stateKey = key;
+    const entry = (state, label, note) =>
+      el(
+        "li",
+        { title: note, dataset: { state } },
+        el(
+          "span",
+          { class: "stripes" },
+          hues.map((id) => el("span", { style: `background:${rgbCss(state === "free" ? FREE_RGB : jobRgb(id, state))}` })),
+        ),
+        label,
+      );
     this.legendStates.replaceChildren(
-      entry("free", FREE_RGB, "no job holds it"),
-      entry("partial", shadeRgb(grey, "partial"), "light: a partial sum, waiting for more workers"),
-      entry("complete", shadeRgb(grey, "complete"), "full colour: the sum is complete"),
-      entry("flushed", shadeRgb(grey, "flushed"), "dark: handed to the PS, which finishes it"),
+      entry("free", "free", "no job holds it"),
+      entry("partial", "partial (light)", "a partial sum, waiting for more workers"),
+      entry("complete", "complete (full)", "the sum is complete"),
+      entry("flushed", "flushed (dark)", "handed to the PS, which finishes it"),
     );
   }
 

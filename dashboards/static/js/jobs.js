@@ -1,9 +1,14 @@
-// The jobs table: state, policy, priority, progress, elapsed time or JCT, the share of bytes
-// aggregated in the switch, filter by state, and cancel for the tenant's own running jobs.
+// The jobs table: state and why (failed, cancelled, queued), policy, priority, progress, elapsed
+// time or JCT, the share of bytes aggregated in the switch, filter by state, pages of
+// PAGE_SIZE jobs with the total, and cancel for the tenant's own running jobs.
 
 import { api, token } from "./api.js";
 import { store } from "./store.js";
-import { ENDED_STATES, duration, el, jobClock, jobRgb, pct, rgbCss, switchShare } from "./format.js";
+import { ENDED_STATES, clockText, count, el, jobClock, jobRgb, pct, rgbCss, switchShare, whyText } from "./format.js";
+
+export const PAGE_SIZE = 100;
+// The service answers at most 500 jobs a page; the queue summary needs only their reasons.
+const QUEUE_SAMPLE = 500;
 
 export class JobsTable {
   constructor(root, notify) {
@@ -12,28 +17,122 @@ export class JobsTable {
     this.empty = root.querySelector("#jobs-empty");
     this.total = root.querySelector("#jobs-total");
     this.filter = root.querySelector("#state-filter");
-    this.filter.addEventListener("change", () => this.load());
+    this.pager = root.querySelector("#jobs-pager");
+    this.range = root.querySelector("#jobs-range");
+    this.prev = root.querySelector("#jobs-prev");
+    this.next = root.querySelector("#jobs-next");
+    this.queueBox = root.querySelector("#queue-summary");
+    this.offset = 0;
+    this.pageIds = new Set(); // ids of the page the service returned last
+    this.queued = null; // {total, items} of the tenant's queued jobs, for the switch panel
+    this.filter.addEventListener("change", () => {
+      this.offset = 0;
+      this.load();
+    });
+    this.prev.addEventListener("click", () => this.turn(-1));
+    this.next.addEventListener("click", () => this.turn(1));
     this.armed = new Map(); // job id -> timer: the first click on cancel arms it
+    this.queueTimer = null;
     setInterval(() => this.tickClocks(), 1000);
+  }
+
+  turn(direction) {
+    this.offset = Math.max(0, this.offset + direction * PAGE_SIZE);
+    this.load();
   }
 
   async load() {
     if (!token.get()) {
+      this.offset = 0;
+      this.pageIds = new Set();
+      this.queued = null;
       store.forgetTenant();
       return;
     }
     try {
-      const page = await api.jobs({ state: this.filter.value });
+      let page = await api.jobs({ state: this.filter.value, limit: PAGE_SIZE, offset: this.offset });
+      if (page.total > 0 && this.offset >= page.total) {
+        // The page emptied (jobs ended and the filter hides them): show the last one instead.
+        this.offset = Math.floor((page.total - 1) / PAGE_SIZE) * PAGE_SIZE;
+        page = await api.jobs({ state: this.filter.value, limit: PAGE_SIZE, offset: this.offset });
+      }
+      this.pageIds = new Set(page.items.map((job) => job.id));
       store.setJobs(page.items, page.total);
     } catch (error) {
       this.notify(`Could not list jobs (${error.message}). Check the tenant token.`, "error");
     }
+    this.loadQueued();
+  }
+
+  // The tenant's queued jobs and why they wait, shown beside the switch memory: memory can
+  // look free while jobs wait (every switch job id taken, partitions reserved but idle).
+  async loadQueued() {
+    if (!token.get()) return;
+    try {
+      const page = await api.jobs({ state: "queued", limit: QUEUE_SAMPLE });
+      this.queued = { total: page.total, items: page.items };
+    } catch {
+      this.queued = null; // the jobs table already reported the error
+    }
+    this.renderQueue();
+  }
+
+  // A job event: when it entered or left the queue, look at the queue again; when a listed
+  // job's reason changed, show the new one.
+  noteState(job) {
+    const items = this.queued ? this.queued.items : [];
+    const i = items.findIndex((j) => j.id === job.id);
+    if ((job.state === "queued") !== i >= 0) this.queueChanged();
+    else if (i >= 0 && whyText(items[i]) !== whyText(job)) {
+      items[i] = { ...items[i], ...job };
+      this.renderQueue();
+    }
+  }
+
+  // At most one look every 2 s.
+  queueChanged() {
+    if (this.queueTimer) return;
+    this.queueTimer = setTimeout(() => {
+      this.queueTimer = null;
+      this.loadQueued();
+    }, 2000);
+  }
+
+  renderQueue() {
+    const q = this.queued;
+    if (!q || !q.total) {
+      this.queueBox.hidden = true;
+      this.queueBox.replaceChildren();
+      return;
+    }
+    const groups = new Map(); // message -> {kind, n}
+    for (const job of q.items) {
+      const message = whyText(job);
+      const kind = (job.queue_reason && job.queue_reason.kind) || "scheduling";
+      const g = groups.get(message) || { kind, n: 0 };
+      g.n += 1;
+      groups.set(message, g);
+    }
+    const unseen = q.total - q.items.length;
+    const noun = q.total === 1 ? "jobs waits" : "jobs wait";
+    this.queueBox.replaceChildren(
+      el("strong", {}, `${count(q.total)} of your ${noun}:`),
+      el(
+        "ul",
+        {},
+        [...groups].map(([message, g]) =>
+          el("li", { dataset: { kind: g.kind } }, `${message}`, el("span", { class: "muted" }, ` (${count(g.n)})`), hint(g.kind)),
+        ),
+        unseen > 0 ? el("li", { class: "muted" }, `and ${count(unseen)} more`) : null,
+      ),
+    );
+    this.queueBox.hidden = false;
   }
 
   visibleJobs() {
     const wanted = this.filter.value;
     return [...store.jobs.values()]
-      .filter((job) => !wanted || job.state === wanted)
+      .filter((job) => this.pageIds.has(job.id) && (!wanted || job.state === wanted))
       .sort((a, b) => b.id - a.id);
   }
 
@@ -47,16 +146,39 @@ export class JobsTable {
     });
     this.body.replaceChildren(...ordered);
     this.empty.hidden = jobs.length > 0;
-    this.empty.textContent = token.get()
-      ? "No jobs in this state."
-      : "Enter your tenant token (top right) to see and cancel your jobs.";
-    this.total.textContent = store.jobsTotal === null ? "" : `${jobs.length} shown`;
+    this.empty.replaceChildren(...this.emptyText());
+    this.renderPager();
+    if (!token.get()) this.renderQueue();
+  }
+
+  emptyText() {
+    if (!token.get()) return ["Enter your tenant token (top right) to see and cancel your jobs."];
+    const state = this.filter.value;
+    if (state) return [`None of your jobs is ${state}.`];
+    return ["You have no jobs yet. Submit one with ", el("code", {}, "inasched jobs submit"), " or POST /jobs."];
+  }
+
+  renderPager() {
+    const total = store.jobsTotal;
+    if (total === null) {
+      this.total.textContent = "";
+      this.pager.hidden = true;
+      return;
+    }
+    const state = this.filter.value;
+    this.total.textContent = `${count(total)} ${state ? `${state} ` : ""}job${total === 1 ? "" : "s"}`;
+    const first = Math.min(total, this.offset + 1);
+    const last = Math.min(total, this.offset + this.pageIds.size);
+    this.range.textContent = total ? `${count(first)}–${count(last)} of ${count(total)}` : "";
+    this.prev.disabled = this.offset === 0;
+    this.next.disabled = this.offset + PAGE_SIZE >= total;
+    this.pager.hidden = total <= PAGE_SIZE && this.offset === 0;
   }
 
   updateJob(id) {
     const job = store.jobs.get(id);
     const row = this.body.querySelector(`tr[data-job-id="${id}"]`);
-    if (!job) return;
+    if (!job || !this.pageIds.has(id)) return;
     if (row && (!this.filter.value || job.state === this.filter.value)) this.fillRow(row, job);
     else this.render();
   }
@@ -72,7 +194,7 @@ export class JobsTable {
           el("span", { class: "swatch", style: `background:${rgbCss(jobRgb(job.id))}` }),
           el("a", { href: `#/jobs/${job.id}` }),
         ),
-        el("td", {}, el("span", { class: "state" })),
+        el("td", { class: "state-cell" }, el("span", { class: "state" }), el("span", { class: "why" })),
         el("td", { class: "policy" }),
         el("td", { class: "num prio" }),
         el("td", { class: "progress" }, el("div", { class: "bar" }, el("div", { class: "fill" })), el("span", { class: "progress-text" })),
@@ -86,18 +208,23 @@ export class JobsTable {
     const fraction = total > 0 ? done / total : 0;
     const share = switchShare(job);
     const clock = jobClock(job);
+    const why = whyText(job);
     const $ = (selector) => row.querySelector(selector);
     row.dataset.state = job.state;
     $("td.name a").textContent = `#${job.id} ${job.name || ""}`;
+    $("td.name a").title = `#${job.id} ${job.name || ""}`;
     $("span.state").className = `state state-${job.state}`;
     $("span.state").textContent = job.state;
-    $("span.state").title = job.reason || "";
+    $("span.why").className = `why why-${job.state}`;
+    $("span.why").textContent = why || "";
+    $("span.why").title = why || "";
+    $("span.why").hidden = !why;
     $("td.policy").textContent = job.policy || "–";
     $("td.prio").textContent = job.priority_level ?? "–";
     $("td.progress .fill").style.width = `${(fraction * 100).toFixed(1)}%`;
     $(".progress-text").textContent = `${done} / ${total}`;
-    $("td.clock").title = clock.label;
-    $("td.clock").textContent = `${clock.label === "JCT" ? "JCT " : ""}${duration(clock.seconds)}`;
+    $("td.clock").title = clock.note || clock.label;
+    $("td.clock").textContent = clockText(clock);
     $("td.share").title = share === null ? "nothing aggregated yet" : `switch ${pct(share)}, PS ${pct(1 - share)}`;
     $("td.share .bar").classList.toggle("none", share === null);
     $("td.share .fill").style.width = `${share === null ? 0 : (share * 100).toFixed(1)}%`;
@@ -156,10 +283,21 @@ export class JobsTable {
   tickClocks() {
     for (const row of this.body.rows) {
       const job = store.jobs.get(Number(row.dataset.jobId));
-      if (!job || ENDED_STATES.has(job.state)) continue;
+      if (!job) continue;
       const clock = jobClock(job);
+      if (!clock.ticking) continue;
       const cell = row.querySelector("td.clock");
-      if (cell) cell.textContent = duration(clock.seconds);
+      if (cell) cell.textContent = clockText(clock);
     }
   }
+}
+
+// What a queue reason means for the memory shown beside it.
+function hint(kind) {
+  const text = {
+    switch_job_ids: "Every admitted job holds a switch job id, even one still waiting for its workers and holding no aggregator.",
+    partition: "A static job reserves its partition from admission on, even while the heatmap shows it free.",
+    scheduling: "The scheduler looks at it in its next decision round.",
+  }[kind];
+  return text ? el("span", { class: "hint" }, text) : null;
 }

@@ -95,6 +95,7 @@ const stream = new EventStream(
   {
     switch: (snapshot) => store.setSwitch(snapshot),
     job: (job) => {
+      jobsTable.noteState(job);
       // Only the tenant's jobs are listed; others reach the page through the heatmap.
       if (store.ownIds.has(job.id)) store.putJob(job);
       else if (token.get() && !checked.has(job.id)) {

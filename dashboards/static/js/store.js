@@ -52,6 +52,8 @@ export const store = {
   },
 
   jobName(id) {
+    // A tenant's /switch names only its own jobs: job id 0 is other tenants' aggregators.
+    if (Number(id) === 0) return "other tenants";
     return this.names.get(Number(id)) || `job ${id}`;
   },
 };

@@ -1,0 +1,118 @@
+"""`SqlJobStore`: the service's `JobStore`, the job rows of one database session.
+
+The scheduler's `DecisionApplier` changes jobs only through it, after checking every
+transition. Counters are settled onto a job's row when it gives up its switch job id, since
+switch counters are per switch job id and ids are reused (`Job.counter_base`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sqlalchemy.orm import Session
+
+from api.counters import settle_counters
+from api.jobviews import QueueReasons
+from api.models import Job, PriorityChange, utcnow
+from scheduler.applier import NoSwitchJobId, Placement, StoredJob, SwitchRefused, Waiting
+from scheduler.memory import JobState
+from scheduler.snapshot import Queue
+
+__all__ = ["SqlJobStore"]
+
+
+class SqlJobStore:
+    """Job rows of `session`: those in `jobs` (already loaded), others loaded on first use.
+
+    `changed` collects the rows whose public view changed, for the caller to publish.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        counters: Mapping[int, Mapping[str, int]],
+        reasons: QueueReasons,
+        jobs: Mapping[int, Job] | None = None,
+    ) -> None:
+        self.session = session
+        self.counters = counters
+        self.reasons = reasons
+        self.rows: dict[int, Job] = dict(jobs or {})
+        self.changed: dict[int, Job] = {}
+
+    def row(self, job_id: int) -> Job:
+        job = self.rows.get(job_id)
+        if job is None:
+            job = self.session.get(Job, job_id)
+            if job is None:
+                raise KeyError(f"job {job_id} is not in the store")
+            self.rows[job_id] = job
+        return job
+
+    def job(self, job_id: int) -> StoredJob:
+        job = self.row(job_id)
+        return StoredJob(
+            job.id,
+            JobState(job.state),
+            job.n_workers,
+            job.window,
+            job.priority_level,
+            job.switch_job_id,
+        )
+
+    def set_state(self, job_id: int, state: JobState, *, now: float, reason: str | None) -> None:
+        job = self.row(job_id)
+        job.state = state
+        stamp = utcnow()
+        if state == JobState.ADMITTED:
+            job.admitted_at, job.reason = stamp, None
+        elif state == JobState.RUNNING:
+            job.started_at = stamp
+        elif state.terminal:
+            job.finished_at = stamp
+            if state == JobState.FINISHED:
+                job.jct_s = (stamp - job.submitted_at).total_seconds()
+        if reason is not None:
+            job.reason = reason
+        self.changed[job_id] = job
+
+    def set_reason(self, job_id: int, why: Waiting) -> bool:
+        job = self.row(job_id)
+        match why:
+            case Queue():
+                message = self.reasons.queued(job_id, why).message
+            case NoSwitchJobId(max_jobs=max_jobs):
+                message = self.reasons.no_switch_job_id(job_id, max_jobs).message
+            case SwitchRefused(error=error):
+                message = self.reasons.switch_refused(job_id, error).message
+        if job.reason == message:
+            return False
+        job.reason = message
+        self.changed[job_id] = job
+        return True
+
+    def place(self, job_id: int, placement: Placement | None) -> None:
+        job = self.row(job_id)
+        self.changed[job_id] = job
+        if placement is None:
+            # The partition and seed stay on the row for the record; without a switch job id
+            # they hold nothing (`api.jobviews.job_view`).
+            if job.switch_job_id is not None:
+                settle_counters(job, self.counters.get(job.switch_job_id, {}))
+            job.switch_job_id = None
+            return
+        sid = placement.switch_job_id
+        part = placement.partition
+        job.switch_job_id = sid
+        job.policy = placement.policy
+        job.part_base, job.part_slots = (part.base, part.slots) if part else (None, None)
+        job.hash_seed = placement.hash_seed
+        job.shared_pool = placement.shared_pool
+        job.counter_base = dict(self.counters.get(sid, {}))
+
+    def set_priority(self, job_id: int, level: int, *, now: float) -> None:
+        job = self.row(job_id)
+        job.priority_level = level
+        self.session.add(PriorityChange(job_id=job_id, t=now, level=level))
+        self.changed[job_id] = job

@@ -1,0 +1,62 @@
+"""The registry of names: every memory policy and priority function by the name users give.
+
+The in-tree registry (as Kubernetes' scheduler framework keeps one): this module imports the
+built-in policies and lists them, so no policy registers itself and nothing imports back into
+here. The REST schemas, the CLI choices and the service settings take their names from
+`policy_names` and `priority_names`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from scheduler.atp import AtpPolicy
+from scheduler.errors import UnknownName
+from scheduler.esa import EsaPolicy
+from scheduler.policy import Policy
+from scheduler.priority import PRIORITIES, get_priority
+from scheduler.static import StaticPolicy
+
+__all__ = [
+    "POLICIES",
+    "PolicyFactory",
+    "get_priority",
+    "make_policy",
+    "policy_names",
+    "priority_names",
+    "register_policy",
+]
+
+PolicyFactory = Callable[..., Policy]
+
+#: Policy name -> factory; ``factory(priority=, levels=, aging_s=)`` builds one.
+POLICIES: dict[str, PolicyFactory] = {
+    StaticPolicy.name: StaticPolicy,
+    AtpPolicy.name: AtpPolicy,
+    EsaPolicy.name: EsaPolicy,
+}
+
+
+def register_policy(name: str, factory: PolicyFactory) -> None:
+    """Add (or replace) policy `name`, for a policy defined outside this package."""
+    POLICIES[name] = factory
+
+
+def make_policy(name: str, **params: object) -> Policy:
+    """A new policy registered as `name`, built with `params`; raises `UnknownName`."""
+    try:
+        factory = POLICIES[name]
+    except KeyError:
+        known = ", ".join(sorted(POLICIES))
+        raise UnknownName(f"unknown policy {name!r}; known: {known}") from None
+    return factory(**params)
+
+
+def policy_names() -> tuple[str, ...]:
+    """Registered policy names, in registration order (``static``, ``atp``, ``esa``, ...)."""
+    return tuple(POLICIES)
+
+
+def priority_names() -> tuple[str, ...]:
+    """Registered priority function names, sorted (``fifo``, ``las``, ``srtf``, ``static``)."""
+    return tuple(sorted(PRIORITIES))

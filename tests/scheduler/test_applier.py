@@ -1,0 +1,98 @@
+"""The one decision applier, on a simulator's job table and an in-memory switch: the
+policy-change bug (hashed jobs inside static partitions) and the registry of names."""
+
+from __future__ import annotations
+
+import pytest
+from p4ctl.rule import hashed_index
+
+from scheduler.errors import IllegalTransition, MemoryConflict
+from scheduler.jobs import JobRecord, JobTable
+from scheduler.memory import JobState, MemoryMap, Partition, Pool
+from scheduler.registry import POLICIES, make_policy, policy_names, priority_names
+from scheduler.service import Scheduler
+from scheduler.snapshot import Queue
+
+from .conftest import spec
+
+POOL = Pool(64, lanes=0)
+
+
+def _table(policy: str) -> JobTable:
+    return JobTable(Scheduler(policy, pool=POOL, seed=1), window=8)
+
+
+def _state(rec: JobRecord) -> JobState:
+    return rec.state  # read anew: the table changes it
+
+
+def _change_policy(table: JobTable, policy: str) -> None:
+    table.scheduler = Scheduler(policy, pool=POOL, seed=1)
+
+
+def test_a_policy_change_keeps_hashed_jobs_out_of_static_partitions() -> None:
+    table = _table("static")
+    first, second = table.add(spec(1)), table.add(spec(2))
+    table.decide(0.0)
+    assert first.partition == Partition(0, 8) and second.partition == Partition(16, 8)
+    _change_policy(table, "atp")
+    hashed = table.add(spec(3))
+    decisions = table.decide(1.0)
+    # Job 1's partition starts at aggregator 0: there is no shared pool below it yet.
+    assert hashed.state == JobState.QUEUED
+    assert any(isinstance(d, Queue) and d.job_id == 3 for d in decisions)
+    table.start(2.0, first)
+    table.finish(2.0, first)
+    assert _state(hashed) == JobState.ADMITTED and hashed.shared_pool == 16
+    assert hashed.hash_seed is not None
+    used = {hashed_index(hashed.hash_seed, seq, hashed.shared_pool) for seq in range(1000)}
+    assert max(used) < second.partition.base if second.partition else False
+    assert table.memory.shared() == {3: 16}
+
+
+def test_a_static_partition_waits_for_the_shared_pool_in_use() -> None:
+    table = _table("esa")
+    hashed = table.add(spec(1))
+    table.decide(0.0)
+    assert hashed.state == JobState.ADMITTED and hashed.shared_pool == POOL.aggregators
+    _change_policy(table, "static")
+    static = table.add(spec(2))
+    table.decide(1.0)
+    assert static.state == JobState.QUEUED
+    table.start(2.0, hashed)
+    table.finish(2.0, hashed)
+    assert _state(static) == JobState.ADMITTED and static.partition == Partition(0, 8)
+
+
+def test_the_memory_map_refuses_a_shared_pool_over_a_partition() -> None:
+    memory = MemoryMap(POOL)
+    memory.reserve(1, Partition(16, 8))
+    memory.reserve_shared(2, 16)
+    with pytest.raises(MemoryConflict, match="overlaps job 1"):
+        memory.reserve_shared(3, 17)
+    with pytest.raises(MemoryConflict, match="shared pool"):
+        memory.reserve(4, Partition(0, 4))
+    memory.release(2)
+    memory.reserve(4, Partition(0, 4))
+
+
+def test_the_applier_checks_every_transition() -> None:
+    table = _table("atp")
+    job = table.add(spec(1))
+    with pytest.raises(IllegalTransition):
+        table.start(0.0, job)  # still queued
+    table.decide(0.0)
+    sid = job.switch_job_id
+    assert sid is not None and sid in table.switch.installed_jobs()
+    table.start(1.0, job)
+    table.finish(1.0, job)
+    assert job.switch_job_id is None and sid not in table.switch.installed_jobs()
+    with pytest.raises(IllegalTransition):
+        table.applier.transition(table, 1, JobState.CANCELLED, now=2.0)
+
+
+def test_the_registry_names_every_policy_and_priority() -> None:
+    assert policy_names() == ("static", "atp", "esa")
+    assert priority_names() == ("fifo", "las", "srtf", "static")
+    for name in policy_names():
+        assert make_policy(name).name == name == POLICIES[name].name  # type: ignore[attr-defined]
