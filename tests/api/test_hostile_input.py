@@ -54,10 +54,13 @@ def test_join_refuses_an_address_the_switch_must_not_send_results_to(
     api: Api, host: str, why: str
 ) -> None:
     job = api.submit(n_workers=1)
-    refused = _join(api, job, host, 40001)
+    refused = _join(api, job, host, 29001)
     assert refused.status_code == 422, refused.text
     assert why in _detail(refused)
-    assert _join(api, job, "127.0.0.1", 40001).status_code == 201  # loopback still joins
+    # Loopback still joins. (Port 29001 is below the kernel's ephemeral range, so it can be
+    # none of the service's own randomly bound ports.)
+    joined = _join(api, job, "127.0.0.1", 29001)
+    assert joined.status_code == 201, joined.text
 
 
 def test_join_refuses_the_services_own_port(api: Api) -> None:
@@ -78,10 +81,10 @@ def networked(settings: Settings) -> Iterator[Api]:
 
 def test_worker_networks_admit_workers_of_other_hosts_in_them_only(networked: Api) -> None:
     job = networked.submit(n_workers=2)
-    assert _join(networked, job, "10.0.0.7", 40001).status_code == 201
-    broadcast = _join(networked, job, "10.0.0.255", 40001)
+    assert _join(networked, job, "10.0.0.7", 29001).status_code == 201
+    broadcast = _join(networked, job, "10.0.0.255", 29001)
     assert broadcast.status_code == 422 and "broadcast" in _detail(broadcast)
-    outside = _join(networked, job, "10.0.1.7", 40001)
+    outside = _join(networked, job, "10.0.1.7", 29001)
     assert outside.status_code == 422 and "10.0.0.0/24" in _detail(outside)
 
 
@@ -114,7 +117,7 @@ def test_a_lone_surrogate_in_a_workers_join_gets_422(api: Api) -> None:
     job = api.submit(n_workers=1)
     response = api.client.post(
         f"/jobs/{job['id']}/workers",
-        content='{"data_host": "127.0.0.\\ud800", "data_port": 40001}',
+        content='{"data_host": "127.0.0.\\ud800", "data_port": 29001}',
         headers={**api.auth(str(job["join_token"])), "Content-Type": "application/json"},
     )
     assert response.status_code == 422, response.text
@@ -136,7 +139,7 @@ def test_counters_past_what_a_job_can_send_are_refused_and_the_job_still_finishe
 ) -> None:
     # 4096 bytes in fragments of 64 lanes of 4 bytes: 16 fragments, 4096 bytes per iteration.
     job = api.submit(n_workers=2, iterations=3, gradient_bytes=4096)
-    for port in (40001, 40002):
+    for port in (29001, 40002):
         assert _join(api, job, "127.0.0.1", port).status_code == 201
     for worker in (0, 1):  # together past 2**63: a 500 for every later report, before
         huge = _progress(api, job, worker, iterations_done=1, bytes_switch=2**62)
@@ -166,7 +169,7 @@ def test_a_job_has_one_size_given_once(api: Api) -> None:
         assert "not both" in _detail(refused)
     named = api.submit(n_workers=1, gradient_bytes=None, model="vgg-16")
     assert named["gradient_bytes"] == vgg
-    assert _join(api, named, "127.0.0.1", 40001).json()["gradient_bytes"] == vgg
+    assert _join(api, named, "127.0.0.1", 29001).json()["gradient_bytes"] == vgg
     other = {**body, "gradient_bytes": None, "model": "my-own-net"}  # not in the table
     unknown = api.client.post("/jobs", json=other, headers=api.auth())
     assert unknown.status_code == 422 and "gradient_bytes alone" in _detail(unknown)
@@ -190,11 +193,11 @@ def test_worker_fields_take_only_their_own_json_type(api: Api) -> None:
     job = api.submit(n_workers=1)
     loose = api.client.post(
         f"/jobs/{job['id']}/workers",
-        json={"data_host": "127.0.0.1", "data_port": "40001"},
+        json={"data_host": "127.0.0.1", "data_port": "29001"},
         headers=api.auth(str(job["join_token"])),
     )
     assert loose.status_code == 422, loose.text
-    assert _join(api, job, "127.0.0.1", 40001).status_code == 201
+    assert _join(api, job, "127.0.0.1", 29001).status_code == 201
     report = api.client.post(
         f"/jobs/{job['id']}/workers/0/progress",
         json={"iterations_done": True},
@@ -282,7 +285,7 @@ def test_a_worker_sends_the_jobs_size_not_its_models(
     from workers.worker import EXIT_TIMEOUT, main
 
     job = api.submit(n_workers=2, iterations=1, gradient_bytes=1024)
-    answer = _join(api, job, "127.0.0.1", 40001).json()
+    answer = _join(api, job, "127.0.0.1", 29001).json()
     # A join that names a model of the table with another size (a job stored before sizes
     # were checked, or a hand-written config): the job's 1024 bytes are what it sends.
     config = tmp_path / "worker.json"
