@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from anyio import to_thread
 from fastapi import FastAPI
@@ -18,9 +19,21 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.docs import install_docs
 from api.errors import install_handlers
-from api.routes import bench, events, jobs, metrics, policy, switch, tokens, workers
+from api.routes import (
+    UNAUTHORIZED,
+    bench,
+    events,
+    jobs,
+    limits,
+    metrics,
+    policy,
+    switch,
+    tokens,
+    workers,
+)
 from api.runtime import open_service
 from api.settings import Settings
+from scheduler.workload import model_table
 
 __all__ = ["BodyLimit", "create_app"]
 
@@ -100,6 +113,32 @@ def _dashboard_dir() -> str | None:
     return str(path) if path.is_dir() else None
 
 
+def _spec_follows_settings(app: FastAPI, settings: Settings) -> None:
+    """Have the OpenAPI spec promise only what this service accepts: a job's gradient is at
+    most its ``max_gradient_bytes`` (the schemas carry the setting's ceiling), so the model
+    names are those of the table within it."""
+    plain = app.openapi
+    limit = settings.max_gradient_bytes
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = plain()
+            fields = spec["components"]["schemas"]["JobCreate"]["properties"]
+            for option in fields["gradient_bytes"]["anyOf"]:
+                if option.get("type") == "integer":
+                    option["maximum"] = min(option.get("maximum", limit), limit)
+            fitting = sorted(name for name, (size, _) in model_table().items() if size <= limit)
+            options = fields["model"]["anyOf"]
+            named = next(o for o in options if "enum" in o)
+            if fitting:
+                named["enum"] = fitting
+            else:
+                options.remove(named)
+        return app.openapi_schema or plain()
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def create_app(settings: Settings, *, backend: SwitchBackend | None = None) -> FastAPI:
     """The service app for `settings`. With `backend`, that switch backend is used instead of
     the one the settings name. Raises `api.db.DatabaseUnavailable` when the store is away."""
@@ -126,10 +165,12 @@ def create_app(settings: Settings, *, backend: SwitchBackend | None = None) -> F
         redoc_url=None,
     )
     install_docs(app)
+    _spec_follows_settings(app, settings)
     app.state.service = service
     install_handlers(app)
-    for module in (jobs, workers, switch, policy, metrics, events, bench, tokens):
-        app.include_router(module.router)
+    for module in (jobs, workers, switch, policy, events, bench, tokens, limits):
+        app.include_router(module.router, responses=UNAUTHORIZED)
+    app.include_router(metrics.router)  # open, or 401 for a wrong scrape token (documented)
 
     @app.get("/healthz", tags=["service"], summary="liveness")
     def healthz() -> dict[str, str]:

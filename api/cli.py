@@ -3,6 +3,7 @@
     inasched up [--demo] [--switch HOST:PORT --switch-data HOST:PORT] [--ps HOST:PORT] ...
     inasched demo [--service URL --token T]
     inasched jobs list|submit|cancel ...      (--service/INASCHED_URL, --token/INASCHED_TOKEN)
+    inasched launch --workers N ... -- train.py ARGS   (a job and its workers under torchrun)
     inasched token create TENANT [--admin] [--init] | list | revoke TENANT
     inasched switch|ps|worker|bench ...       (the soft switch, PS, worker, JCT benchmark)
 
@@ -35,6 +36,7 @@ from api.cli_jobs import (
     http_error,
     run_jobs,
 )
+from api.cli_launch import add_launch_parser, run_launch
 from api.cli_tokens import add_token_parser, run_tokens
 from api.settings import Settings
 from scheduler.registry import policy_names, priority_names
@@ -76,7 +78,7 @@ settings not given as flags come from INASCHED_* environment variables
 def _settings(args: argparse.Namespace) -> Settings:
     names = (
         "host", "port", "data_dir", "database_url", "switch", "switch_data", "switch_device_id",
-        "ps", "aggregators", "lanes", "policy", "priority",
+        "switch_thrift", "p4_config", "ps", "aggregators", "lanes", "policy", "priority",
     )  # fmt: skip
     given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
     return Settings(**given)
@@ -90,6 +92,13 @@ def _add_service_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--switch", help="HOST:PORT of a P4Runtime switch (default: embedded)")
     p.add_argument("--switch-data", help="HOST:PORT of that switch's UDP data plane")
     p.add_argument("--switch-device-id", type=int, help="that switch's P4Runtime device id")
+    p.add_argument(
+        "--switch-thrift",
+        help="HOST:PORT of BMv2's Thrift runtime (registers, which its P4Runtime refuses)",
+    )
+    p.add_argument(
+        "--p4-config", help="that switch's device config: the JSON p4c-bm2-ss writes, for BMv2"
+    )
     p.add_argument("--ps", help="HOST:PORT of an external parameter server")
     p.add_argument(
         "--aggregators", type=int, help=f"embedded switch pool size, 1..{MAX_AGGREGATORS}"
@@ -151,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_service_flags(demo)
     add_jobs_parser(sub, client)
+    add_launch_parser(sub, client)
     add_token_parser(sub)
     for name in DELEGATES:
         sub.add_parser(name, help=f"{DELEGATE_HELP[name]}; see 'inasched {name} --help'")
@@ -178,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         commands: dict[str, Callable[[argparse.Namespace], int]] = {
-            "up": _up, "demo": _demo, "jobs": _jobs, "token": _token,
+            "up": _up, "demo": _demo, "jobs": _jobs, "token": _token, "launch": _launch,
         }  # fmt: skip
         return commands[args.command](args)
     except ValidationError as exc:
@@ -208,6 +218,10 @@ def _api_token(args: argparse.Namespace) -> str | None:
 
 def _jobs(args: argparse.Namespace) -> int:
     return run_jobs(args, service=_service(args), token=_api_token(args))
+
+
+def _launch(args: argparse.Namespace) -> int:
+    return run_launch(args, service=_service(args), token=_api_token(args))
 
 
 def _token(args: argparse.Namespace) -> int:
@@ -261,7 +275,7 @@ def _serve(args: argparse.Namespace, *, demo: bool, keep_serving: bool) -> int:
     service = app.state.service
     try:
         service.start()
-    except (SwitchError, OSError, ValueError) as exc:
+    except (SwitchError, OSError, ValueError, DatabaseUnavailable) as exc:
         return fail(f"cannot start: {exc}", ExitCode.UNREACHABLE)
     with service.sessions() as session:
         token = create_tenant_token(session, tenant=args.tenant)
@@ -275,7 +289,11 @@ def _serve(args: argparse.Namespace, *, demo: bool, keep_serving: bool) -> int:
     while not server.started:
         if not thread.is_alive():
             service.stop()
-            return fail(f"cannot listen on {settings.host}:{settings.port}", ExitCode.UNREACHABLE)
+            return fail(
+                f"cannot listen on {settings.host}:{settings.port} (address in use?): --port "
+                "(INASCHED_PORT) picks another port, --host (INASCHED_HOST) another address",
+                ExitCode.UNREACHABLE,
+            )
         thread.join(0.05)
     url = f"http://{settings.host}:{settings.port}"
     print(f"inasched is up: dashboard {url}/  (policy {settings.policy})", flush=True)

@@ -14,6 +14,7 @@ string, which the body's own value echoes back) written as its escape.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -32,6 +33,7 @@ __all__ = [
     "NotFound",
     "ServiceError",
     "SwitchFailed",
+    "allowed_methods",
     "install_handlers",
     "printable",
 ]
@@ -102,6 +104,16 @@ def printable(value: Any) -> Any:
     return value
 
 
+def allowed_methods(request: Request) -> str:
+    """The ``Allow`` header of the request's path: the methods the OpenAPI spec gives it (the
+    dashboard's files, which the spec does not list, are read-only)."""
+    methods: set[str] = set()
+    for template, operations in request.app.openapi()["paths"].items():
+        if re.fullmatch(re.sub(r"\{[^/}]+\}", "[^/]+", template), request.url.path):
+            methods |= {method.upper() for method in operations}
+    return ", ".join(sorted(methods or {"GET", "HEAD"}))
+
+
 def install_handlers(app: FastAPI) -> None:
     """Register the JSON answers of every mapped error on `app`."""
 
@@ -126,6 +138,10 @@ def install_handlers(app: FastAPI) -> None:
                 "input": {},
             }
             return JSONResponse({"detail": [error]}, status_code=422)
+        if exc.status_code == 405:
+            # Starlette names only the methods of the first route of the path (or none, when
+            # the dashboard's static mount answered): a client needs all of them.
+            exc = HTTPException(405, exc.detail, headers={"Allow": allowed_methods(request)})
         return await http_exception_handler(request, exc)
 
     async def illegal(_: Request, exc: Exception) -> JSONResponse:

@@ -10,6 +10,7 @@ from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from api.models import Job
+from api.quotas import TenantQuota
 from api.schemas import JobPublic, QueueReason
 from scheduler.memory import COPIES_PER_SLOT, JobState, Partition
 from scheduler.snapshot import JobView, Queue
@@ -33,6 +34,7 @@ VIEW_COLUMNS = (
     Job.part_slots,
     Job.hash_seed,
     Job.switch_job_id,
+    Job.tenant_id,
 )
 
 
@@ -109,8 +111,11 @@ class QueueReasons:
         self._by_job: dict[int, QueueReason] = {}
 
     def queued(self, job_id: int, decision: Queue) -> QueueReason:
-        """Record the policy's `Queue` decision; returns the reason it gives."""
-        if decision.slots is not None:
+        """Record the policy's `Queue` decision (or a tenant quota's); returns the reason it
+        gives."""
+        if isinstance(decision, TenantQuota):
+            why = QueueReason(kind="tenant_quota", message=decision.reason)
+        elif decision.slots is not None:
             slots = decision.slots
             why = QueueReason(
                 kind="partition",

@@ -99,6 +99,13 @@ def render_metrics(session: Session, coord: Coordinator, *, tenants: bool = Fals
             for r, n in sorted(coord.drops.items())
         ),
     )
+    unsupported = coord.progress.unsupported_total if coord.progress is not None else 0
+    lines += _family(
+        "inasched_unsupported_progress_total",
+        "counter",
+        "Progress reports the switch's per-job counters did not support (capped for priority).",
+        [f"inasched_unsupported_progress_total {unsupported}"],
+    )
     source = coord.ps_registry
     lines += _ps(source.counters() if isinstance(source, PsCounterSource) else None)
     return "\n".join(lines) + "\n"

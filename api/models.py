@@ -88,6 +88,9 @@ class Tenant(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # The tenant's own quota, set by an admin; None: the service's default (settings).
+    max_jobs: Mapped[int | None]
+    aggregator_share: Mapped[float | None] = mapped_column(Float)
 
 
 class ApiToken(Base):

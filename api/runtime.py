@@ -18,13 +18,17 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.db import open_database
 from api.events import EventBus
+from api.quotas import QuotaDefaults
 from api.scheduling import Coordinator
 from api.settings import Settings, parse_hostport
+from api.store import get_state, put_state
+from api.storelock import StoreLock, lock_store, running_instance
 from api.topology import PolicyConfig, PsRegistry, Topology
 
 __all__ = ["Service", "connect_switch", "open_service"]
 
 log = logging.getLogger(__name__)
+DATA_PORT_KEY = "embedded_switch_data"
 # RFC 863 discard: where the in-memory backend "sends" (nothing is ever sent there).
 DISCARD = Endpoint("127.0.0.1", 9)
 
@@ -37,6 +41,7 @@ class Service:
     events: EventBus = field(default_factory=EventBus)
     backend: SwitchBackend | None = None
     coordinator_: Coordinator | None = None
+    store_lock: StoreLock | None = None
     closers: list[Callable[[], None]] = field(default_factory=list)
 
     @property
@@ -50,10 +55,13 @@ class Service:
         return self.coordinator_
 
     def start(self, backend: SwitchBackend | None = None) -> None:
-        """Connect the switch and the PS (or use `backend`), re-sync, start scheduling."""
+        """Lock the store, connect the switch and the PS (or use `backend`), re-sync, start
+        scheduling; raises `StoreInUse` while another service holds the store."""
         try:
+            self.store_lock = _lock(self.settings)
+            self.closers.append(self.store_lock.release)
             if backend is None:
-                backend, switch_data = connect_switch(self.settings, self.closers)
+                backend, switch_data = self._connect_switch()
             else:
                 switch_data = _endpoint(self.settings.switch_data) or DISCARD
             self.backend = backend
@@ -70,12 +78,49 @@ class Service:
                 heartbeat_interval_s=s.heartbeat_interval_s,
                 heartbeat_timeout_s=s.heartbeat_timeout_s,
                 ps_registry=registry,
+                quota=QuotaDefaults(s.tenant_max_jobs, s.tenant_aggregator_share),
+                join_timeout_s=s.join_timeout_s,
+                verify_progress=switch_data != DISCARD,
             )
             self.coordinator_.start()
             self.closers.append(self.coordinator_.stop)
         except BaseException:
             self.stop()
             raise
+
+    def _connect_switch(self) -> tuple[SwitchBackend, Endpoint]:
+        """`connect_switch`, with the embedded switch's data plane on the port it had before
+        (kept in the store), so the workers of running jobs can still reach it."""
+        settings = self.settings
+        if settings.switch != "embedded":
+            return connect_switch(settings, self.closers)
+        with self.sessions() as s:
+            kept = (get_state(s, key=DATA_PORT_KEY) or {}).get("port")
+        if settings.switch_data_port == 0 and isinstance(kept, int):
+            try:
+                pinned = settings.model_copy(update={"switch_data_port": kept})
+                backend, switch_data = connect_switch(pinned, self.closers)
+            except OSError as exc:
+                log.warning(
+                    "the switch's data port %d is taken (%s): the workers of running jobs "
+                    "cannot reach the switch on a new one",
+                    kept,
+                    exc,
+                )
+                backend, switch_data = connect_switch(settings, self.closers)
+        else:
+            try:
+                backend, switch_data = connect_switch(settings, self.closers)
+            except OSError as exc:
+                raise OSError(
+                    f"the embedded switch cannot bind its data port "
+                    f"{settings.switch_data_port}: {exc}; INASCHED_SWITCH_DATA_PORT picks "
+                    "another (0: any free one)"
+                ) from exc
+        with self.sessions() as s:
+            put_state(s, key=DATA_PORT_KEY, value={"port": switch_data.port})
+            s.commit()
+        return backend, switch_data
 
     def stop(self) -> None:
         """Stop everything started, newest first; safe to call twice."""
@@ -91,12 +136,19 @@ class Service:
 
 
 def open_service(settings: Settings) -> Service:
-    """The job store of `settings`, opened and migrated; raises `DatabaseUnavailable`."""
+    """The job store of `settings`, opened and migrated; raises `DatabaseUnavailable`, or
+    `StoreInUse` (before touching the store) while another service holds it."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    _lock(settings).release()
     # The request threads, plus the decide, tick and releaser threads and a spare.
     pool = settings.threads + 4
     engine, sessions = open_database(settings.resolved_database_url, pool_size=pool)
     return Service(settings=settings, engine=engine, sessions=sessions)
+
+
+def _lock(settings: Settings) -> StoreLock:
+    owner = running_instance(f"http://{settings.host}:{settings.port}")
+    return lock_store(settings.resolved_database_url, owner=owner)
 
 
 def _endpoint(text: str | None) -> Endpoint | None:
@@ -115,7 +167,11 @@ def connect_switch(
     if settings.switch == "embedded":
         from p4ctl.softswitch import SoftSwitch
 
-        switch = SoftSwitch(aggregators=settings.aggregators, lanes=settings.lanes).start()
+        switch = SoftSwitch(
+            aggregators=settings.aggregators,
+            lanes=settings.lanes,
+            data=("127.0.0.1", settings.switch_data_port),
+        ).start()
         closers.append(switch.stop)
         # Read and written over P4Runtime like any other target: on the upb protobuf runtime a
         # full read of occupancy and counters of 20,480 aggregators takes 0.13-0.26 s here
@@ -133,13 +189,19 @@ def connect_switch(
     # A switch that already runs our pipeline keeps its sizing (the client reads it); one with
     # no pipeline yet gets the sizing given in the settings, or the P4Info defaults.
     given = settings.model_fields_set
+    program = settings.p4_config.read_bytes() if settings.p4_config is not None else b""
     client = SwitchClient(
         settings.switch,
         device_id=settings.switch_device_id,
         aggregators=settings.aggregators if "aggregators" in given else None,
         lanes=settings.lanes if "lanes" in given else None,
+        device_config=program,
+        register_thrift=settings.switch_thrift,
     )
     closers.append(client.close)
+    # A target that refuses register access (PI) without --switch-thrift still schedules: jobs,
+    # priorities and workers are table entries. The client has logged what is lost
+    # (`registers_unavailable`): the dashboard's occupancy stays empty and nothing is reclaimed.
     return client, Endpoint(*parse_hostport(settings.switch_data))
 
 

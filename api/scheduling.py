@@ -24,6 +24,7 @@ from p4ctl.backend import Endpoint, JobInstall, SwitchBackend
 from p4ctl.errors import SwitchError
 from p4ctl.protocol import MAX_JOBS
 from sqlalchemy import or_, select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.counters import settle_counters, switch_view, track_starvation
@@ -31,6 +32,8 @@ from api.events import Event, EventBus
 from api.jobstore import SqlJobStore
 from api.jobviews import VIEW_COLUMNS, QueueReasons, ViewCache, job_public, load_jobs
 from api.models import Job, WorkerRow, utcnow
+from api.progress import Claim, ProgressCheck
+from api.quotas import UNLIMITED, QuotaDefaults, hold_back, load_limits, within_share
 from api.releaser import Releaser
 from api.schemas import JobPublic, SwitchPublic
 from api.store import get_state, put_state
@@ -48,6 +51,9 @@ ACTIVE = tuple(s for s in JobState if not s.terminal)
 TERMINAL = tuple(s for s in JobState if s.terminal)
 HOLDING = tuple(s for s in JobState if s.holds_memory)
 POLICY_KEY = "policy"
+# When the service last stopped cleanly ({"at": epoch seconds}; {} while it runs).
+STOPPED_KEY = "stopped"
+SERVICE_STOPPED = "service stopped"
 # How long a request waits for the decision round it asked for before answering anyway (with
 # the job as it is then, e.g. still queued).
 ROUND_WAIT_S = 30.0
@@ -70,6 +76,9 @@ class Coordinator:
         heartbeat_interval_s: float,
         heartbeat_timeout_s: float,
         ps_registry: PsRegistry | None = None,
+        quota: QuotaDefaults = UNLIMITED,
+        join_timeout_s: float | None = None,
+        verify_progress: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.sessions = sessions
@@ -81,6 +90,11 @@ class Coordinator:
         self.tick_s = tick_s
         self.heartbeat_interval_s = heartbeat_interval_s
         self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.quota = quota
+        self.join_timeout_s = join_timeout_s
+        # The join deadline of a job admitted before this start counts from the start: its
+        # workers could not join while the service was away.
+        self.started_at = utcnow()
         self.clock = clock
         self.ps_registry = ps_registry
         self.lock = threading.RLock()
@@ -99,6 +113,8 @@ class Coordinator:
         # Kept in memory: after a restart every job starts unhindered, which only delays aging.
         self.starved: dict[int, float] = {}
         self._views = ViewCache()
+        # Without a data plane (the in-memory backend) there is nothing to hold reports to.
+        self.progress = ProgressCheck(lanes=self.pool.lanes) if verify_progress else None
         self.queue_reasons = QueueReasons()
         self.releaser = Releaser(
             backend=backend, ps_registry=ps_registry, on_released=self._released
@@ -123,7 +139,9 @@ class Coordinator:
         if stored:
             self.policy = PolicyConfig(**stored)
             self.scheduler = self.policy.build(self.pool, self.seed)
+        self._end_jobs_of_a_long_stop()
         self.read_switch()
+        self.started_at = utcnow()
         self.resync()
         self.releaser.start()
         for target, name in ((self._decide_loop, "decide"), (self._tick_loop, "tick")):
@@ -139,6 +157,39 @@ class Coordinator:
         for thread in self._threads:
             thread.join(timeout=10)
         self.releaser.stop()
+        try:
+            with self.sessions() as s:
+                put_state(s, key=STOPPED_KEY, value={"at": self.clock()})
+                s.commit()
+        except SQLAlchemyError:
+            # The store is away: the next start finds no clean stop and restarts the
+            # heartbeat clocks instead, as after a crash.
+            log.exception("could not record the clean stop")
+
+    def _end_jobs_of_a_long_stop(self) -> None:
+        """After a clean stop longer than the heartbeat timeout, the workers of the jobs that
+        were running have given up: those jobs end with the reason "service stopped" (not a
+        silent worker's). After a shorter stop, or a crash, they keep running."""
+        with self.lock, self.sessions() as s:
+            stopped = get_state(s, key=STOPPED_KEY) or {}
+            put_state(s, key=STOPPED_KEY, value={})
+            at = stopped.get("at")
+            if not isinstance(at, (int, float)) or self.clock() - at <= self.heartbeat_timeout_s:
+                s.commit()
+                return
+            jobs = s.scalars(select(Job).where(Job.state.in_(HOLDING))).all()
+            store = self.store(s, {job.id: job for job in jobs})
+            for job in jobs:
+                self.applier.transition(
+                    store, job.id, JobState.FAILED, now=self.clock(), reason=SERVICE_STOPPED
+                )
+            s.commit()
+        if jobs:
+            log.warning(
+                "%d jobs ended: %s for longer than the heartbeat timeout",
+                len(jobs),
+                SERVICE_STOPPED,
+            )
 
     def _tick_loop(self) -> None:
         while not self._stop.wait(self.tick_s):
@@ -157,6 +208,7 @@ class Coordinator:
             self.reschedule(wait=False)
         self.read_switch()
         self._settle_active_counters()
+        self._check_progress()
 
     def mark_dirty(self) -> None:
         with self._cv:
@@ -223,8 +275,15 @@ class Coordinator:
                 .order_by(Job.id)
             ).all()
             views = self._views.views(rows, self.starved)  # type: ignore[arg-type]
+            if self.progress is not None:
+                views = [self.progress.cap(view) for view in views]
             self.queue_reasons.keep_only({r.id for r in rows if r.state == JobState.QUEUED})
-            decisions = self.scheduler.decide(self.scheduler.snapshot(now, views))
+            tenant_of = {r.id: r.tenant_id for r in rows}
+            limits = load_limits(s, set(tenant_of.values()), self.quota)
+            # Quotas filter what the policy sees and what it admits; the applier applies all.
+            offered, waits = hold_back(views, tenant_of, limits)
+            chosen = self.scheduler.decide(self.scheduler.snapshot(now, offered))
+            decisions = [*waits, *within_share(chosen, offered, tenant_of, limits, self.pool)]
             touched = {d.job_id for d in decisions}
             touched |= {r.id for r in rows if r.state in TERMINAL and r.switch_job_id is not None}
             store = self.store(s, load_jobs(s, touched))
@@ -254,8 +313,8 @@ class Coordinator:
     def _released(self, sid: int) -> None:
         with self.lock:
             self.applier.released(sid)
-        # A job queued for want of a switch job id can have this one: the next tick decides.
-        self.mark_dirty()
+        # A job queued for want of a switch job id can have this one: decide now.
+        self.reschedule(wait=False)
 
     # ------------------------------------------------------------------ restart
 
@@ -325,7 +384,9 @@ class Coordinator:
 
     def reap(self) -> bool:
         """Fail every admitted or running job with a worker silent for longer than the
-        heartbeat timeout; True if any."""
+        heartbeat timeout, and every admitted job whose workers have not all joined within the
+        join timeout; True if any."""
+        failed = self._reap_unjoined()
         cutoff = utcnow() - timedelta(seconds=self.heartbeat_timeout_s)
         with self.lock, self.sessions() as s:
             rows = s.scalars(
@@ -346,7 +407,33 @@ class Coordinator:
                 log.warning("job %d failed: %s", job.id, reason)
             s.commit()
         self.publish_jobs(store.changed.values())
-        return bool(store.changed)
+        return bool(store.changed) or failed
+
+    def _reap_unjoined(self) -> bool:
+        """Fail admitted jobs still short of workers at the join deadline: an admitted job
+        holds a switch job id and memory whether or not its workers ever come."""
+        if self.join_timeout_s is None:
+            return False
+        cutoff = utcnow() - timedelta(seconds=self.join_timeout_s)
+        if self.started_at >= cutoff:
+            return False
+        with self.lock, self.sessions() as s:
+            late = s.scalars(
+                select(Job).where(Job.state == JobState.ADMITTED, Job.admitted_at < cutoff)
+            ).all()
+            store = self.store(s, {job.id: job for job in late})
+            for job in late:
+                reason = (
+                    f"{len(job.workers)} of its {job.n_workers} workers joined within "
+                    f"{self.join_timeout_s:g} s (join_timeout_s)"
+                )
+                self.applier.transition(
+                    store, job.id, JobState.FAILED, now=self.clock(), reason=reason
+                )
+                log.warning("job %d failed: %s", job.id, reason)
+            s.commit()
+        self.publish_jobs(store.changed.values())
+        return bool(late)
 
     def _read_counters(self) -> dict[int, dict[str, int]]:
         counters = self.backend.counters()
@@ -403,6 +490,25 @@ class Coordinator:
                     changed.append(job)
             s.commit()
         self.publish_jobs(changed)
+
+    def _check_progress(self) -> None:
+        """Hold the progress workers report to the counters just read (`ProgressCheck`)."""
+        if self.progress is None:
+            return
+        with self.sessions() as s:
+            rows = s.execute(
+                select(
+                    Job.id,
+                    Job.switch_job_id,
+                    Job.iterations_done,
+                    Job.n_workers,
+                    Job.gradient_bytes,
+                    Job.counter_base,
+                ).where(Job.state.in_(HOLDING), Job.switch_job_id.is_not(None))
+            ).all()
+        claims = [Claim(r[0], r[1], r[2], r[3], r[4], r[5] or {}) for r in rows]
+        if self.progress.observe(claims, self.counters):
+            self.mark_dirty()
 
     def publish_jobs(self, jobs: Iterable[Job]) -> None:
         for job in jobs:

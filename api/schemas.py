@@ -45,6 +45,8 @@ __all__ = [
     "StaticPlacement",
     "SwitchCountersPublic",
     "SwitchPublic",
+    "TenantLimitsPublic",
+    "TenantLimitsUpdate",
     "TenantName",
     "TokenCreate",
     "TokenCreated",
@@ -81,7 +83,9 @@ PriorityName = Annotated[
     _registered("priority function", priority_names()),
     WithJsonSchema({"type": "string", "enum": list(priority_names())}),
 ]
-QueueReasonKind = Literal["scheduling", "switch_job_ids", "partition", "policy", "switch_refused"]
+QueueReasonKind = Literal[
+    "scheduling", "switch_job_ids", "partition", "policy", "switch_refused", "tenant_quota"
+]
 # The switch's contributor bitmap is 32 bits wide (p4ctl.protocol.MAX_WORKERS).
 MAX_WORKERS = 32
 MAX_ITERATIONS = 10_000_000
@@ -103,6 +107,8 @@ def _json_integer(value: object) -> object:
 
 
 JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+# Bounds of an optional integer go before the validator, or the spec shows them as "ge"/"le",
+# which JSON Schema does not know (and generated requests ignore).
 # The job's size is given once (`JobCreate`): a model, or gradient bytes.
 _ONLY_MODEL: JsonDict = {
     "required": ["model"],
@@ -131,9 +137,13 @@ class JobCreate(BaseModel):
     n_workers: JsonInt = Field(ge=1, le=MAX_WORKERS, description="data-parallel workers (fan-in)")
     iterations: JsonInt = Field(ge=1, le=MAX_ITERATIONS)
     model: ModelName | None = Field(default=None, min_length=1, max_length=64)
-    gradient_bytes: JsonInt | None = Field(default=None, ge=4, le=MAX_GRADIENT_BYTES)
+    gradient_bytes: (
+        Annotated[int, Field(ge=4, le=MAX_GRADIENT_BYTES), BeforeValidator(_json_integer)] | None
+    ) = None
     priority_class: JsonInt = Field(default=0, ge=0, le=15, description="user class, higher first")
-    window: JsonInt | None = Field(default=None, ge=1, le=4096, description="fragments in flight")
+    window: Annotated[int, Field(ge=1, le=4096), BeforeValidator(_json_integer)] | None = Field(
+        default=None, description="fragments in flight"
+    )
 
     @model_validator(mode="after")
     def _size_known(self) -> JobCreate:
@@ -149,7 +159,8 @@ class QueueReason(BaseModel):
         description="scheduling: no decision round has seen it yet; switch_job_ids: every "
         "entry of the switch's job table is taken; partition: no free range holds its "
         "private partition (static); policy: another rule of the policy; switch_refused: "
-        "the switch rejected its configuration"
+        "the switch rejected its configuration; tenant_quota: its tenant has as many jobs "
+        "admitted, or as many aggregators, as its quota allows"
     )
     message: str
     slots: int | None = Field(default=None, description="partition: the slots it waits for")
@@ -295,7 +306,7 @@ class PolicyUpdate(BaseModel):
 
     policy: PolicyName
     priority: PriorityName | None = None
-    levels: JsonInt | None = Field(default=None, ge=1, le=256)
+    levels: Annotated[int, Field(ge=1, le=256), BeforeValidator(_json_integer)] | None = None
     aging_s: float | None = Field(default=None, gt=0, le=1e6)
 
 
@@ -378,3 +389,29 @@ class TokenPublic(BaseModel):
 
 class TokenCreated(TokenPublic):
     token: str = Field(description="the token itself, shown only in this answer")
+
+
+class TenantLimitsUpdate(BaseModel):
+    """A tenant's own quota; a field left null (or out) means the service's default."""
+
+    model_config = STRICT
+
+    max_jobs: Annotated[int, Field(ge=1, le=1024), BeforeValidator(_json_integer)] | None = Field(
+        default=None, description="jobs admitted or running at once"
+    )
+    aggregator_share: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="share of the switch's aggregators its jobs use",
+    )
+
+
+class TenantLimitsPublic(BaseModel):
+    """The quota a tenant's jobs are held to now (its own where set, else the default)."""
+
+    tenant: str
+    max_jobs: int
+    aggregator_share: float
+    own: TenantLimitsUpdate = Field(description="what an admin set for it (null: the default)")

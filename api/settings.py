@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from p4ctl.p4info import MAX_AGGREGATORS
+from p4ctl.protocol import MAX_JOBS
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -44,8 +45,29 @@ class Settings(BaseSettings):
     switch_data: str | None = Field(
         default=None, description="HOST:PORT of the switch's UDP data plane (external switch)"
     )
+    # Workers of running jobs keep sending to the data port they were given: a restarted
+    # service binds its embedded switch to the same one.
+    switch_data_port: int = Field(
+        default=0,
+        ge=0,
+        lt=65536,
+        description="UDP port of the embedded switch's data plane; 0: the port it had before "
+        "(kept in the store), a free one the first time",
+    )
     switch_device_id: int = Field(
         default=0, ge=0, lt=2**64, description="P4Runtime device id of an external switch"
+    )
+    # PI, the P4Runtime server of BMv2's simple_switch_grpc, refuses register reads and writes;
+    # BMv2's own Thrift runtime serves them (p4ctl.register_access).
+    switch_thrift: str | None = Field(
+        default=None,
+        description="HOST:PORT of BMv2's Thrift runtime, for the register reads and writes its "
+        "P4Runtime server refuses (occupancy, reclaim)",
+    )
+    p4_config: Path | None = Field(
+        default=None,
+        description="the external switch's device config (for BMv2 the JSON p4c-bm2-ss writes), "
+        "pushed with the P4Info",
     )
     ps: str | None = Field(default=None, description="HOST:PORT of an external PS; else embedded")
     # A PS serves only jobs the service registers (workers.ps_control), never one a packet names.
@@ -90,6 +112,27 @@ class Settings(BaseSettings):
         description="networks (CIDR, a JSON list) whose addresses a worker may give as its "
         "data_host from any host; without them only the joining request's source address",
     )
+    # One tenant's jobs that never start workers must not hold every switch job id (1,024).
+    tenant_max_jobs: int = Field(
+        default=256,
+        ge=1,
+        le=MAX_JOBS,
+        description="jobs one tenant may have admitted or running at once (an admin sets a "
+        "tenant's own over REST)",
+    )
+    tenant_aggregator_share: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description="share of the switch's aggregators one tenant's jobs may use (an admin "
+        "sets a tenant's own over REST)",
+    )
+    join_timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="an admitted job whose workers have not all joined by then fails and "
+        "frees its switch memory",
+    )
     metrics_token: SecretStr | None = Field(
         default=None,
         description="a scraper that sends it as 'Authorization: Bearer <token>' to /metrics "
@@ -103,7 +146,7 @@ class Settings(BaseSettings):
             parse_hostport(value)
         return value
 
-    @field_validator("switch_data", "ps", "ps_control")
+    @field_validator("switch_data", "switch_thrift", "ps", "ps_control")
     @classmethod
     def _hostport(cls, value: str | None) -> str | None:
         if value is not None:

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import httpx
 
+from scheduler.registry import policy_names
+
 __all__ = ["Result", "main", "measure"]
 
 TOKEN_LINE = re.compile(r"token: (\S+)")
@@ -162,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer jobs (about a minute)")
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--jobs", type=int, help="submissions per database (default 2000)")
-    parser.add_argument("--policy", default="atp", choices=("static", "atp", "esa"))
+    parser.add_argument("--policy", default="atp", choices=policy_names())
     parser.add_argument("--postgres-url", default=os.environ.get("INASCHED_TEST_POSTGRES_URL"))
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)

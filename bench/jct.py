@@ -1,17 +1,23 @@
-"""``inasched bench jct``: job completion time of static, atp and esa on one workload.
+"""``inasched bench jct``: job completion time of the memory policies on one workload.
 
     inasched bench jct --workload philly --policies static,atp,esa --out results/philly --sim
+    inasched bench jct --workload philly:week2.csv --out results/week2
     inasched bench jct --workload synthetic-1000 --out results/mem --sweep memory=8192,16384,20000
+    inasched bench jct --workload philly --policies atp,esa-nopreempt,esa-norelease,esa --out ab
     inasched bench jct --workload synthetic-10 --out results/emu --emu
 
 Every policy runs on the same jobs with the same `BenchParams` (see `bench.jct_params`, each
-value with its source). The output folder gets ``summary.json``, ``jobs.csv`` (one row per job
-and policy), ``jct_cdf.png``, ``avg_jct.png``, ``memory_utilisation.png`` and ``report.md``;
-a sweep adds one such folder per value and ``sweep.csv`` (one row per value). With
+value with its source); the policies and the ablations of esa (``--sim`` only) are the
+registry's (`scheduler.registry`). The output folder gets ``summary.json``, ``jobs.csv`` (one
+row per job and policy), ``jct_cdf.png``, ``avg_jct.png``, ``memory_utilisation.png`` and
+``report.md``; with atp, esa-nopreempt and esa among the policies, the summary and the report
+also decompose esa's gain over atp (`bench.jct_ablation`). A sweep adds one such folder per
+value and ``sweep.csv`` (one row per value). With
 ``--service URL --token T`` the run is also stored in the service (``POST /bench/runs``) so the
 dashboard shows it. Back-ends: ``--sim`` (default) drives ``scheduler.simulator`` at full
 scale; ``--emu`` runs the real service, soft switch, PS and worker processes on loopback
-(`bench.jct_emu`).
+(`bench.jct_emu`). A bad argument is one line on stderr and exit status 2; ``--out`` must be
+a new or empty folder unless ``--force`` is given.
 """
 
 from __future__ import annotations
@@ -21,13 +27,15 @@ import csv
 import logging
 import shlex
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from tqdm import tqdm
 
+from bench import jct_ablation as ablation
 from bench.jct_output import (
     format_table,
     summary_document,
@@ -37,24 +45,31 @@ from bench.jct_output import (
 )
 from bench.jct_params import BenchParams, parse_sweep
 from bench.jct_report import render_report
-from bench.jct_results import PolicyRun, PolicySummary, ratios, summarise
-from scheduler.workload import JobSpec, load_workload, write_workload
+from bench.jct_results import PolicyRun, PolicySummary, finite, ratios, summarise
+from scheduler.errors import WorkloadError
+from scheduler.registry import ablation_names, policy_names
+from scheduler.workload import PHILLY_PREFIX, JobSpec, load_workload, write_workload
 
 __all__ = ["RunOutcome", "main", "run_bench"]
 
 log = logging.getLogger(__name__)
 
-POLICIES = ("static", "atp", "esa")
 PolicyRunner = Callable[[Sequence[JobSpec], str, BenchParams], PolicyRun]
 
-MODEL_MAPPING = (
-    "scheduler.workload: each job's model drawn uniformly (random.Random(seed), in row order) "
-    "from the models with both a gradient size (model_sizes.csv) and a V100 iteration time "
-    "(iter_times.csv); iterations = duration_s / iteration time; workers = one per GPU. "
-    "V100, not A100: the trace's durations were measured on Philly's 2017 GPUs (P100/P40 "
-    "generation, Jeon et al. ATC'19), V100 is the closest generation in the table, and A100 "
-    "times would double iterations and overstate communication"
-)
+
+def model_mapping(workload: str, seed: int) -> str:
+    """How `workload`'s jobs got their models, naming the seed that drew them."""
+    trace = workload.removeprefix(PHILLY_PREFIX) if workload.startswith(PHILLY_PREFIX) else None
+    source = f"the Philly-format trace {trace}, mapped as the bundled week: " if trace else ""
+    return (
+        f"scheduler.workload: {source}each job's model drawn uniformly (random.Random({seed}), "
+        "seed = --seed, in row order) from the models with both a gradient size "
+        "(model_sizes.csv) and a V100 iteration time (iter_times.csv); iterations = "
+        "duration_s / iteration time; workers = one per GPU. V100, not A100: the trace's "
+        "durations were measured on Philly's 2017 GPUs (P100/P40 generation, Jeon et al. "
+        "ATC'19), V100 is the closest generation in the table, and A100 times would double "
+        "iterations and overstate communication"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,14 +82,32 @@ class RunOutcome:
     document: dict[str, Any]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with every error on one line: what was wrong and what to give instead."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="inasched bench jct",
         description="Job completion time of INA memory policies on one workload.",
     )
-    p.add_argument("--workload", required=True, help="philly, synthetic-N or a workload CSV")
-    p.add_argument("--policies", default=",".join(POLICIES), help="comma-separated")
+    p.add_argument(
+        "--workload",
+        required=True,
+        help="philly, philly:FILE (a CSV in the public Philly trace's format), synthetic-N "
+        "or a workload CSV",
+    )
+    p.add_argument(
+        "--policies",
+        default=",".join(policy_names()),
+        help=f"comma-separated, of {', '.join(policy_names())} and the ablations "
+        f"{', '.join(ablation_names())} (--sim only)",
+    )
     p.add_argument("--out", required=True, type=Path, help="output folder (created)")
+    p.add_argument("--force", action="store_true", help="write into a non-empty --out")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--sim", action="store_true", help="the simulator (default)")
     mode.add_argument("--emu", action="store_true", help="real processes on loopback")
@@ -104,9 +137,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(args_list)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    unknown = sorted(set(policies) - set(POLICIES))
+    known = (*policy_names(), *ablation_names())
+    unknown = [p for p in policies if p not in known]
     if unknown or not policies:
-        parser.error(f"unknown policies {unknown}; choose from {','.join(POLICIES)}")
+        parser.error(f"unknown policies {unknown}; choose from {','.join(known)}")
+    if args.emu and set(policies) & set(ablation_names()):
+        parser.error(
+            f"the ablations {','.join(ablation_names())} run in --sim only: the switch "
+            "program has no rule for esa-norelease, and the service offers neither"
+        )
     if args.service and not args.token:
         parser.error("--service needs --token")
     command = "inasched bench jct " + shlex.join(args_list)
@@ -124,21 +163,25 @@ def main(argv: list[str] | None = None) -> int:
         sweep = parse_sweep(args.sweep) if args.sweep else None
     except ValueError as exc:
         parser.error(str(exc))
-    if args.emu:
-        from bench.jct_emu import emu_runner, emu_workload
+    try:
+        if args.emu:
+            from bench.jct_emu import emu_runner, emu_workload
 
-        runner: PolicyRunner = emu_runner()
-        base_jobs = emu_workload(args.workload, args.seed)
-        args.out.mkdir(parents=True, exist_ok=True)
-        # The same jobs for --sim: the validation of sim against emu runs this file.
-        write_workload(base_jobs, args.out / "workload.csv")
-    else:
-        from bench.jct_sim import run_policy
+            runner: PolicyRunner = emu_runner()
+            base_jobs = emu_workload(args.workload, args.seed)
+        else:
+            from bench.jct_sim import run_policy
 
-        runner = run_policy
-        base_jobs = load_workload(args.workload, args.seed)
+            runner = run_policy
+            base_jobs = load_workload(args.workload, args.seed)
+    except WorkloadError as exc:
+        parser.error(f"--workload {args.workload}: {exc}")
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    _check_out(parser, out, force=args.force)
+    print(f"{args.workload}: {len(base_jobs)} jobs, models mapped with seed {args.seed} (--seed)")
+    if args.emu:
+        # The same jobs for --sim: the validation of sim against emu runs this file.
+        write_workload(base_jobs, out / "workload.csv")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     values = sweep[1] if sweep else [None]
     bar = tqdm(total=len(values) * len(policies), desc="jct", unit="run", disable=args.quiet)
@@ -175,6 +218,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _check_out(parser: argparse.ArgumentParser, out: Path, *, force: bool) -> None:
+    """Create `out`, or refuse it: a file, a folder that cannot be written, or one that holds
+    something already (another run's results would mix with this one's) unless `force`."""
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {out} is a file; give a folder (new or empty)")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        parser.error(f"--out {out} is not empty; give a new folder, or --force to write into it")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        parser.error(f"--out {out} cannot be written: {exc.strerror or exc}")
+
+
 def with_load(jobs: Sequence[JobSpec], load: float) -> tuple[JobSpec, ...]:
     """`jobs` with arrivals compressed by `load` (2.0 = twice the arrival rate)."""
     if load <= 0:
@@ -207,8 +265,15 @@ def run_bench(
             bar.update(1)
     summaries = {r.policy: summarise(r) for r in runs}
     ratio = ratios(summaries)
+    by_arrival = None
+    if ablation.needs_baseline(tuple(policies), params.priority):
+        baseline = params.with_value("priority", ablation.BASELINE_PRIORITY)
+        by_arrival = summarise(runner(jobs, ablation.ESA, baseline))
+    decomposition = ablation.decompose(summaries, by_arrival)
     parameters, extra_sources, ideal_avg, notes = _context(jobs, params, backend, workload)
     document = summary_document(summaries, ratio, parameters)
+    if decomposition is not None:
+        document["decomposition"] = {k: finite(v) for k, v in decomposition.as_dict().items()}
     write_summary(out, document)
     write_jobs_csv(out, runs)
     write_plots(out, runs, f"{workload} ({backend})")
@@ -225,6 +290,9 @@ def run_bench(
         ideal_avg=ideal_avg,
         notes=notes,
     )
+    if decomposition is not None:
+        section = ablation.render(decomposition, params.priority)
+        report = "\n".join([report.rstrip("\n"), *section]) + "\n"
     (out / "report.md").write_text(report, encoding="utf-8")
     return RunOutcome(tuple(runs), summaries, ratio, document)
 
@@ -238,7 +306,7 @@ def _context(
 
     parameters: dict[str, Any] = {"workload": workload, "backend": backend, "jobs": len(jobs)}
     parameters.update(params.as_dict())
-    parameters["model_mapping"] = MODEL_MAPPING
+    parameters["model_mapping"] = model_mapping(workload, params.seed)
     extra = {
         "workload": "--workload",
         "backend": "--sim / --emu",
@@ -288,6 +356,8 @@ def _print_summary(outcome: RunOutcome) -> None:
     print(format_table(header, rows))
     for name, value in outcome.ratios.items():
         print(f"{name}: {'-' if value is None else f'{value:.3f}'}")
+    for name, value in outcome.document.get("decomposition", {}).items():
+        print(f"decomposition {name}: {'-' if value is None else f'{value:.3f}'}")
 
 
 def _sweep_row(param: str, value: str, outcome: RunOutcome) -> dict[str, Any]:
@@ -297,6 +367,7 @@ def _sweep_row(param: str, value: str, outcome: RunOutcome) -> dict[str, Any]:
         row[f"{name}_p99_jct"] = s.p99_jct
         row[f"{name}_in_switch"] = s.in_switch_share
     row.update(outcome.ratios)
+    row.update({f"gain_{k}": v for k, v in outcome.document.get("decomposition", {}).items()})
     return row
 
 

@@ -15,7 +15,7 @@ The workload is scaled down so a run takes minutes on 2 cores (`emu_workload`): 
 `EMU_JOBS` jobs, at most `EMU_WORKERS` workers each, gradients divided by `GRAD_DIVISOR`, at
 most `EMU_ITERATIONS` iterations, arrivals compressed to one every `ARRIVAL_GAP_S` seconds.
 The scaled workload is written to the output folder as ``workload.csv`` so that ``--sim``
-can run exactly the same jobs (the validation of issue 8).
+can run exactly the same jobs (the validation of --sim against --emu, `bench.jct_validate`).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import httpx
 
 from bench.jct_params import BenchParams
 from bench.jct_results import DATAPLANE_COUNTERS, JobOutcome, PolicyRun, time_average
+from scheduler.registry import make_policy
 from scheduler.workload import JobSpec, load_workload
 
 __all__ = ["EmuError", "emu_context", "emu_runner", "emu_workload"]
@@ -64,15 +65,6 @@ EMU_AGGREGATORS = 256
 EMU_WINDOW = 32
 JOB_TIMEOUT_S = 900.0
 POLL_S = 0.5
-# Aggregator states (GET /switch runs: 1 partial, 2 complete, 3 flushed) counted as occupied
-# in the memory utilisation: those another job's fragment cannot claim, as --sim counts them.
-# Under esa a complete aggregator is claimable at once (p4/PROTOCOL.md, section 5), so only
-# partial sums hold memory; under atp a complete sum holds its aggregator until the PS result.
-OCCUPANCY_STATES: dict[str, tuple[int, ...]] = {
-    "static": (1, 2, 3),
-    "atp": (1, 2),
-    "esa": (1,),
-}
 # Seconds a worker waits for a result before it gives up (exit 4); loopback on a busy
 # 2-core machine stalls for seconds at a time.
 WORKER_TIMEOUT_S = 60.0
@@ -195,12 +187,24 @@ class _Service:
         self.thread.join(timeout=30)
 
 
+def occupancy_states(policy: str) -> tuple[int, ...]:
+    """Aggregator states (GET /switch runs: 1 partial, 2 complete, 3 flushed) counted as
+    occupied in `policy`'s memory utilisation: those another job's fragment cannot claim, as
+    --sim counts them. A partition is its job's in every state; with early release (esa) a
+    complete aggregator is claimable at once (p4/PROTOCOL.md, section 5), so only partial sums
+    hold memory; otherwise (atp) a complete sum holds its aggregator until the PS result."""
+    traits = make_policy(policy)
+    if not traits.shared:
+        return (1, 2, 3)
+    return (1,) if traits.early_release else (1, 2)
+
+
 def _run_policy(
     jobs: Sequence[JobSpec], policy: str, params: BenchParams, data_dir: Path
 ) -> PolicyRun:
     util: list[tuple[float, float]] = []
     counters: dict[str, list[dict[str, int]]] = {}
-    occupied = OCCUPANCY_STATES.get(policy, (1, 2, 3))
+    occupied = occupancy_states(policy)
     warm: dict[int, list[_Warm]] = {}
     try:
         for job in jobs:

@@ -103,7 +103,9 @@ def write_plots(out: Path, runs: Sequence[PolicyRun], title: str) -> list[Path]:
     fig, ax = plt.subplots(figsize=(5, 4))
     names = [r.policy for r in runs]
     means = [float(np.mean([j.jct_s for j in r.jobs])) if r.jobs else 0.0 for r in runs]
-    bars = ax.bar(names, means, color=["#888888", "#4477aa", "#cc6677"][: len(names)])
+    # Paul Tol's qualitative palette, one colour per policy run (ablations included).
+    palette = ["#888888", "#4477aa", "#cc6677", "#ddcc77", "#117733", "#88ccee"]
+    bars = ax.bar(names, means, color=[palette[i % len(palette)] for i in range(len(names))])
     ax.bar_label(bars, fmt="%.0f")
     ax.set_ylabel("average JCT (s)")
     ax.set_title(f"Average JCT: {title}")

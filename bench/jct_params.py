@@ -8,11 +8,14 @@ from; the Markdown report prints it next to the value that was actually used.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from scheduler.config import PER_JOB
 from scheduler.memory import DEFAULT_WINDOW
 from scheduler.priority import DEFAULT_AGING_S, DEFAULT_LEVELS
+from scheduler.registry import priority_names
 
 __all__ = ["SOURCES", "SWEEPABLE", "BenchParams", "parse_sweep"]
 
@@ -42,6 +45,33 @@ class BenchParams:
     switch_pps: float = 0.0
     ps_switch_cost: float = 0.0
 
+    def __post_init__(self) -> None:
+        """Refuse a value no run can have, naming the field, the value and what it takes."""
+        at_least_one = ("aggregators", "lanes", "window", "levels")
+        positive = ("link_gbps", "ps_gbps", "load")
+        non_negative = (
+            "aging_s", "job_setup_s", "iteration_overhead_s", "switch_pps", "ps_switch_cost",
+        )  # fmt: skip
+        for name in at_least_one:
+            if not getattr(self, name) >= 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        for name in positive:
+            # `not x > 0` also refuses NaN; inf is no rate either.
+            if not 0 < getattr(self, name) < math.inf:
+                raise ValueError(f"{name} must be a number > 0, got {getattr(self, name)!r}")
+        for name in non_negative:
+            if not 0 <= getattr(self, name) < math.inf:
+                raise ValueError(f"{name} must be a number >= 0, got {getattr(self, name)!r}")
+        if self.ps_processes != PER_JOB and not (
+            self.ps_processes.isdigit() and int(self.ps_processes) >= 1
+        ):
+            raise ValueError(
+                f"ps_processes must be {PER_JOB!r} or a count >= 1, got {self.ps_processes!r}"
+            )
+        if self.priority not in priority_names():
+            known = ", ".join(priority_names())
+            raise ValueError(f"unknown priority function {self.priority!r}; known: {known}")
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -55,16 +85,27 @@ class BenchParams:
         kind = kinds[field_name]
         value: Any
         if kind in ("int", int):
-            value = int(raw)
+            value = _number(field_name, raw, int)
         elif kind in ("float", float):
-            value = float(raw)
+            value = _number(field_name, raw, float)
         elif kind in ("bool", bool):
             if raw.lower() not in ("0", "1", "false", "true"):
                 raise ValueError(f"{field_name} is true or false, got {raw!r}")
             value = raw.lower() in ("1", "true")
         else:
             value = raw
-        return replace(self, **{field_name: value})
+        try:
+            return replace(self, **{field_name: value})
+        except ValueError as exc:
+            raise ValueError(f"{name}={raw}: {exc}") from None
+
+
+def _number(name: str, raw: str, kind: type[int] | type[float]) -> int | float:
+    try:
+        return kind(raw)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise ValueError(f"{name} must be {what}, got {raw!r}") from None
 
 
 # --sweep names (the issue's words) -> BenchParams fields.
@@ -91,7 +132,7 @@ SOURCES: dict[str, str] = {
     "lanes": "Tofino: 64 x 32-bit register ALU lanes per pass (p4ctl.protocol.SUPPORTED_LANES)",
     "link_gbps": "100 GbE worker links, as in the SwitchML, ATP and ESA testbeds",
     "ps_gbps": (
-        "one PS CPU process: 10-25 Gbps (issue 8); the upper end is taken, the most favourable "
+        "one PS CPU process: 10-25 Gbps; the upper end is taken, the most favourable "
         "to atp, every one of whose fragments passes through its PS"
     ),
     "ps_processes": (
@@ -142,5 +183,6 @@ def parse_sweep(spec: str) -> tuple[str, list[str]]:
     if name not in SWEEPABLE:
         known = ", ".join(sorted(SWEEPABLE))
         raise ValueError(f"cannot sweep {name!r}; sweepable: {known}")
-    BenchParams().with_value(name, items[0])  # fail early on a value of the wrong type
+    for item in items:  # fail before any run on a value of the wrong type or range
+        BenchParams().with_value(name, item)
     return name, items

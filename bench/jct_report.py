@@ -1,6 +1,6 @@
 """The Markdown report of a JCT run: parameters with sources, results, targets and why.
 
-Targets (issue 8, on the Philly week): esa's average JCT at least 1.35x lower than atp's and
+Targets (on the Philly week): esa's average JCT at least 1.35x lower than atp's and
 lower than static's; esa's p99 JCT at most 1.1x atp's. The report says for each whether it
 was met, with the numbers that explain it; nothing here changes a result. A ``--sim`` report
 also states its own validation (`bench.jct_simcheck`): both simulators on a scaled-down slice
@@ -159,7 +159,7 @@ def render_report(
         )
     lines += ["", "| ratio | value |", "|---|---:|"]
     lines += [f"| {k} | {_num(v)} |" for k, v in ratios.items()]
-    lines += ["", "## Targets (issue 8)", ""]
+    lines += ["", "## Targets", ""]
     diagnostics = {run.policy: diagnose(run) for run in runs}
     for t in evaluate_targets(summaries, ideal_avg, diagnostics):
         lines.append(f"- {t.name}: {_verdict(t.met)} ({t.detail})")

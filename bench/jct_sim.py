@@ -16,6 +16,7 @@ from bench.jct_results import JobOutcome, PolicyRun, PsLoad
 from scheduler.config import RunResult, SimConfig
 from scheduler.fluid import FlowJob, comm_rates
 from scheduler.memory import Pool
+from scheduler.registry import make_policy
 from scheduler.simulator import simulate
 from scheduler.workload import JobSpec
 
@@ -152,8 +153,9 @@ def ideal_jct(jobs: Sequence[JobSpec], params: BenchParams) -> dict[int, float]:
     rate and no queueing. No memory policy can give a job a shorter JCT under this model, so
     ``baseline avg JCT / mean of these`` bounds any policy's speed-up over the baseline."""
     cfg = sim_config("static", params)
+    policy = make_policy(cfg.policy)
     out = {}
     for j in jobs:
-        alone = comm_rates(cfg, [FlowJob(j.job_id, j.workers, j.grad_bytes, j.iter_time_s)])
+        alone = comm_rates(cfg, policy, [FlowJob(j.job_id, j.workers, j.grad_bytes, j.iter_time_s)])
         out[j.job_id] = j.iterations * (j.iter_time_s + alone[j.job_id].t_comm_s)
     return out

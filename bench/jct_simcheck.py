@@ -1,4 +1,4 @@
-"""A ``--sim`` run's own check of the fluid model (issue 24, item 3).
+"""A ``--sim`` run's own check of the fluid model.
 
 The fluid model (`scheduler.simulator`) is validated against the fragment-level simulator
 (`scheduler.fragsim`) on seeded cases (`scheduler.validate`), but a run's workload may sit in

@@ -7,7 +7,7 @@
 The JCT benchmark's parameters (`bench.jct_params.BenchParams`) are used. Prints, per policy:
 wall time, simulated events, events per second, mean/p99 JCT, in-switch
 share; then the aggregate model's error against the fragment-level model on the validation
-families side by side (`scheduler.validate`: the light cases and issue 24's memory-bound,
+families side by side (`scheduler.validate`: the light cases and the memory-bound,
 PS-loaded and many-level ones): per family and policy, the mean and the largest signed
 relative mean-JCT error (fluid above fragment-level is positive) and the mean absolute
 in-switch-share error, each family against `scheduler.validate.BOUND`; and the wall time of
@@ -24,11 +24,10 @@ from dataclasses import replace
 from bench.jct_params import BenchParams
 from bench.jct_sim import sim_config
 from scheduler.fragsim import simulate_fragments
+from scheduler.registry import policy_names
 from scheduler.simulator import simulate
 from scheduler.validate import BOUND, FAMILIES, CaseError, small_cases, validate
 from scheduler.workload import load_workload
-
-POLICIES = ("static", "atp", "esa")
 
 
 def speed(workload: str) -> None:
@@ -38,7 +37,7 @@ def speed(workload: str) -> None:
         f"{'policy':8} {'wall s':>8} {'events':>8} {'ev/s':>8} {'mean JCT s':>12} "
         f"{'p99 JCT s':>12} {'in-switch':>9}"
     )
-    for policy in POLICIES:
+    for policy in policy_names():
         start = time.perf_counter()
         run = simulate(jobs, sim_config(policy, BenchParams()))
         wall = time.perf_counter() - start
@@ -57,7 +56,7 @@ def error_table(by_family: dict[str, list[CaseError]]) -> list[str]:
         f"{'|share err| mean':>16} {'within ' + format(BOUND, '.0%'):>10}"
     ]
     for family, errs in by_family.items():
-        for policy in POLICIES:
+        for policy in policy_names():
             mine = [c for c in errs if c.policy == policy]
             if not mine:
                 continue
@@ -84,7 +83,7 @@ def peer(count: int) -> None:
     """Wall time of the fragment-level and the aggregate simulator on the same small cases."""
     print(f"fragment-level vs aggregate simulator, wall time on the same {count} small cases")
     print(f"{'policy':8} {'fragment s':>10} {'aggregate s':>11} {'ratio':>7}")
-    for policy in POLICIES:
+    for policy in policy_names():
         walls = []
         for sim in (simulate_fragments, simulate):
             start = time.perf_counter()

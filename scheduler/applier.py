@@ -32,6 +32,7 @@ from p4ctl.protocol import Policy as SwitchPolicy
 
 from scheduler.errors import MemoryConflict
 from scheduler.memory import JobState, MemoryMap, Partition, Pool, check_transition
+from scheduler.registry import make_policy
 from scheduler.service import Scheduler
 from scheduler.snapshot import Admit, Decision, JobView, Queue, Reclaim, Reject, SetPriority
 
@@ -284,7 +285,7 @@ class DecisionApplier:
         part = placement.partition
         return JobInstall(
             placement.switch_job_id,
-            SwitchPolicy.parse(placement.policy),
+            SwitchPolicy.parse(make_policy(placement.policy).switch_rule()),
             fan_in,
             part_base=part.base if part else 0,
             part_size=part.slots if part else 0,

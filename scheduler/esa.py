@@ -23,6 +23,8 @@ class EsaPolicy(Policy):
 
     name: ClassVar[str] = "esa"
     shared: ClassVar[bool] = True
+    early_release: ClassVar[bool] = True
+    preempts: ClassVar[bool] = True
 
     def decide(self, snapshot: Snapshot) -> tuple[Decision, ...]:
         out = self.reclaims(snapshot)

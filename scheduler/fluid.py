@@ -79,6 +79,7 @@ import numpy.typing as npt
 
 from scheduler.config import SimConfig
 from scheduler.memory import COPIES_PER_SLOT, partition_slots
+from scheduler.policy import Policy
 
 __all__ = ["CommRate", "FlowJob", "comm_rates"]
 
@@ -315,10 +316,16 @@ def _solve_wait(s: float, fs: float, w: int, load: _PsLoad, guess: Vec | None = 
 
 def comm_rates(
     cfg: SimConfig,
+    policy: Policy,
     jobs: Sequence[FlowJob],
     start: Mapping[int, CommRate] | None = None,
 ) -> dict[int, CommRate]:
-    """``{job_id: CommRate}`` for `jobs` contending under ``cfg.policy`` (see module doc).
+    """``{job_id: CommRate}`` for `jobs` contending under `policy` (see module doc).
+
+    The model reads the policy's traits, never its name: a private partition per job when
+    it is not `Policy.shared`; the aggregator freed at completion or after the PS round trip
+    (`Policy.early_release`, esa's or atp's way above); priority levels and evictions only
+    when it `Policy.preempts`.
 
     `start` (optional) seeds the fixed-point iteration with an earlier answer, e.g. the
     previous set of contending jobs: jobs found there start from their bypass, eviction and
@@ -327,11 +334,13 @@ def comm_rates(
     within `_ROUNDS` rounds, within about 5% of ``t_comm_s`` where it does not (close to PS
     saturation, where the PS delay is steep in the loss shares; `tests/scheduler/test_fluid`).
     """
-    if cfg.policy == "static":
+    if not policy.shared:
         return _static(cfg, jobs)
     if not jobs:
         return {}
-    esa = cfg.policy == "esa"
+    # What the module doc says of esa holds for `release` (its early release) and for
+    # `preempt` (its evictions) separately, so that each can be switched off on its own.
+    release, preempt = policy.early_release, policy.preempts
     fs, rtt, s, detour = cfg.fragment_s, cfg.rtt_s, cfg.ps_fragment_s, cfg.ps_detour_s
     win, n_agg = cfg.window, cfg.pool.aggregators
     ids = [j.job_id for j in jobs]
@@ -345,7 +354,7 @@ def comm_rates(
     own = len(servers) == len(ids)  # a process per job, numbered in job order
     by_server = None if own else server
     per_server = _sum_by(server, None, len(servers))
-    level = np.array([j.priority if esa else 0 for j in jobs], dtype=np.intp)
+    level = np.array([j.priority if preempt else 0 for j in jobs], dtype=np.intp)
     top = int(level.max()) + 2
     seen = [start.get(i) for i in ids] if start else [None] * len(ids)
     bypass = np.array([r.bypass if r else 0.0 for r in seen])
@@ -365,9 +374,9 @@ def comm_rates(
     ps_cap = np.full(len(jobs), np.inf)
     for _ in range(_ROUNDS):
         lost = bypass + evict
-        q = lost if esa else np.ones_like(lost)
-        c = bypass * n + evict * (n + 1) / 2 + (0.0 if esa else 1.0 - lost) + split * n
-        g = 1.0 - lost if esa else np.zeros_like(lost)
+        q = lost if release else np.ones_like(lost)
+        c = bypass * n + evict * (n + 1) / 2 + (0.0 if release else 1.0 - lost) + split * n
+        g = 1.0 - lost if release else np.zeros_like(lost)
         # A fragment whose contributions reach the PS (bypassed: n; evicted: its held sum and
         # the (n-1)/2 still to come) has its result when the PS has served the last of them.
         batch = (bypass * (n - 1) + evict * (n - 1) / 2) * s
@@ -378,7 +387,7 @@ def comm_rates(
         # A process of its own serves a job's critical packets at most one per s.
         new_ps_cap = (
             np.divide(1.0, s * c, out=np.full(len(jobs), np.inf), where=c > 0)
-            if own and not esa
+            if own and not release
             else np.full(len(jobs), np.inf)
         )
         # Damped like the switch's share: near the knee the cap and the loss shares pull on
@@ -391,7 +400,7 @@ def comm_rates(
         )
         held_to = np.minimum(cap, ps_cap)
         load = _PsLoad(
-            q, a, c, g, frags, iter_s + last, held_to, by_server, len(servers), win, not esa
+            q, a, c, g, frags, iter_s + last, held_to, by_server, len(servers), win, not release
         )
         guess = _sum_by(server, open_wait, len(servers)) / per_server if warm else None
         x = _solve_wait(s, fs, win, load, guess)[server]
@@ -413,7 +422,7 @@ def comm_rates(
         t = (
             _stream_time(frags, rate, slot, fs, win)
             + last
-            + _tail(esa, frags, win, bypass, lost, slot - rtt, (n - 1) * s)
+            + _tail(release, frags, win, bypass, lost, slot - rtt, (n - 1) * s)
         )
         # How long a fragment's contributions take to all arrive: the workers' start skew
         # for the first window of an iteration; after that the leading worker can be at
@@ -421,7 +430,7 @@ def comm_rates(
         # fragment when the same multicast result arrives, so the spread closes.
         steady = np.minimum(skew, np.maximum(0.0, win * fs - slot))
         spread = (np.minimum(frags, win) * skew + np.maximum(0.0, frags - win) * steady) / frags
-        hold = spread + (0.0 if esa else detour + x)
+        hold = spread + (0.0 if release else detour + x)
         held = rate * (1 - lost) * hold
         done = held - rate * (1 - lost) * spread  # atp: complete, awaiting the PS result
         duty = t / (t + iter_s)
@@ -448,7 +457,7 @@ def comm_rates(
         # on one of the aggregators the job does not hold, held by others in this share.
         others = held_ge[level] - duty * held
         b = np.minimum(0.95, others / np.maximum(n_agg - held, 1.0))
-        e = (1 - b) * (1 - np.exp(-claims_above[level] * spread / n_agg)) if esa else 0.0 * b
+        e = (1 - b) * (1 - np.exp(-claims_above[level] * spread / n_agg)) if preempt else 0.0 * b
         # A split fragment: its first contribution collided, the holder let go before its last
         # one arrived, so the rest claimed the aggregator and wait for a sum that cannot
         # complete. Only the first window of an iteration spreads contributions (by the
@@ -478,7 +487,7 @@ def comm_rates(
     # Evictions a job suffers per second, shared among the higher jobs by their claim rates.
     suffered_at = _sum_by(level, evict * frags / (t + iter_s), top + 1)
     caused = np.zeros(len(jobs))
-    if esa:
+    if preempt:
         share = np.divide(suffered_at, claims_above, out=np.zeros(top + 1), where=claims_above > 0)
         below = np.concatenate(([0.0], np.cumsum(share)))  # below[L]: levels < L
         caused = duty * rate * (1 - bypass - evict) * below[level]
@@ -500,15 +509,18 @@ def comm_rates(
     }
 
 
-def _tail(esa: bool, frags: Vec, win: int, bypass: Vec, lost: Vec, ps_part: Vec, batch: Vec) -> Vec:
+def _tail(
+    release: bool, frags: Vec, win: int, bypass: Vec, lost: Vec, ps_part: Vec, batch: Vec
+) -> Vec:
     """What the slowest fragment of an iteration's last window adds to the mean slot.
 
     An iteration ends with the result of its last fragment; of the last window, whichever
-    took the PS's way finishes last. Under esa that is any lost fragment (its share of the
-    slot is `ps_part`, ``lost x`` what one costs); under atp every fragment takes the PS's
-    way, and a bypassed one waits for its n contributions there (`batch` more)."""
+    took the PS's way finishes last. With early release (esa) that is any lost fragment (its
+    share of the slot is `ps_part`, ``lost x`` what one costs); without (atp) every fragment
+    takes the PS's way, and a bypassed one waits for its n contributions there (`batch`
+    more)."""
     m = np.minimum(frags, win)
-    share, extra = (lost, ps_part / np.maximum(lost, 1e-12)) if esa else (bypass, batch)
+    share, extra = (lost, ps_part / np.maximum(lost, 1e-12)) if release else (bypass, batch)
     some = 1 - (1 - share) ** m
     return (some - share) * extra
 

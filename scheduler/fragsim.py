@@ -19,6 +19,12 @@ that takes a turn for every packet in and for every packet out (each replica of 
 every packet the PS receives takes ``ps_switch_cost`` turns on it too). Admission and
 priorities come from the same `Scheduler` as `scheduler.simulator`. Meant for small cases: cost
 is linear in packets.
+
+A policy that preempts on the switch's ``atp`` rule (``esa-norelease``, `scheduler.ablations`),
+which the switch program does not have, runs on the ``atp`` rule except for a fragment that
+lands on another job's partial sum: that one takes the ``esa`` rule, which evicts the sum when
+the fragment's level is higher and bypasses it otherwise, as ``atp`` does. A single-worker
+job's fragment that evicts completes at once; its result waits for the PS as ``atp``'s does.
 """
 
 from __future__ import annotations
@@ -27,8 +33,8 @@ import heapq
 import math
 import random
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from p4ctl.backend import InMemorySwitch
@@ -37,6 +43,7 @@ from p4ctl.rule import (
     JobConfig,
     Outcome,
     ToGroup,
+    Verdict,
     check,
     hashed_index,
     process,
@@ -112,6 +119,8 @@ class _FragmentSim:
         # Lanes carry no values here: the simulation follows packets, not sums.
         self.backend = InMemorySwitch(cfg.pool.aggregators, 0, datapath="python")
         self.table = JobTable(sched, cfg.window, self.backend)
+        # Preemption on a switch rule that has none (module doc).
+        self.preempt_on_atp = sched.policy.preempts and sched.policy.switch_rule() == "atp"
         self.clock = VirtualClock()
         self.regs = self.backend.registers
         self.configs = self.backend.pipeline.jobs  # the job table, by switch job id
@@ -283,7 +292,11 @@ class _FragmentSim:
             return  # a straggler packet of a job that already left
         if check(pkt, self.configs[pkt.job], self.regs.aggregators) is not None:
             return
-        verdict = process(self.regs, pkt, self.configs)
+        verdict = (
+            self.process_preempting(pkt)
+            if self.preempt_on_atp
+            else process(self.regs, pkt, self.configs)
+        )
         frag = pkt.seq % run.frags
         if verdict.outcome == Outcome.COMPLETED:
             run.in_switch.add(frag)
@@ -311,6 +324,23 @@ class _FragmentSim:
                 self.at(later, partial(self.deliver, out.packet))
             else:
                 self.at(later, partial(self.ps_in, out.packet))
+
+    def process_preempting(self, pkt: Packet) -> Verdict:
+        """`process` on the ``atp`` rule, with preemption (module doc)."""
+        i = pkt.agg_index
+        theirs = self.regs.agg_job[i] != pkt.job or self.regs.agg_seq[i] != pkt.seq
+        if not (
+            pkt.kind == Kind.GRADIENT and self.regs.agg_state[i] == AggState.PARTIAL and theirs
+        ):
+            return process(self.regs, pkt, self.configs)
+        esa: Mapping[int, JobConfig] = {
+            **self.configs,
+            pkt.job: replace(self.configs[pkt.job], policy=Policy.ESA),
+        }
+        verdict = process(self.regs, pkt, esa)
+        # The esa rule multicasts a sum that completes at once; on atp's it waits for the PS.
+        kept = tuple(o for o in verdict.outputs if not isinstance(o, ToGroup))
+        return replace(verdict, outputs=kept)
 
     def deliver(self, pkt: Packet) -> None:
         run = self.runs[pkt.job]

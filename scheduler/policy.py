@@ -24,6 +24,13 @@ class Policy(ABC):
     name: ClassVar[str]
     #: True when jobs share the pool (atp/esa) and so need a hash seed, not a partition.
     shared: ClassVar[bool]
+    #: True when the switch frees a shared aggregator the moment its sum completes (the
+    #: result is multicast and a copy sent to the PS, as esa does); False when it waits for
+    #: the PS round trip (atp's complete sum goes to the PS, which sends the result back).
+    early_release: ClassVar[bool] = False
+    #: True when the switch lets a higher-priority claim evict a partial sum (esa), so the
+    #: policy's priority levels matter; False when the first claim keeps the aggregator.
+    preempts: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -36,6 +43,16 @@ class Policy(ABC):
         self.priority_key = get_priority(priority)
         self.levels = levels
         self.aging_s = aging_s
+
+    @classmethod
+    def switch_rule(cls) -> str:
+        """The switch rule its jobs are installed with (a ``p4ctl.protocol.Policy`` name):
+        ``static`` for a partition, ``esa`` when the switch frees an aggregator at completion
+        (where levels decide preemption; a policy that sets none never preempts), else
+        ``atp``."""
+        if not cls.shared:
+            return "static"
+        return "esa" if cls.early_release else "atp"
 
     @abstractmethod
     def decide(self, snapshot: Snapshot) -> tuple[Decision, ...]:

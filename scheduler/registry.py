@@ -3,13 +3,17 @@
 The in-tree registry (as Kubernetes' scheduler framework keeps one): this module imports the
 built-in policies and lists them, so no policy registers itself and nothing imports back into
 here. The REST schemas, the CLI choices and the service settings take their names from
-`policy_names` and `priority_names`.
+`policy_names` and `priority_names`. `ABLATIONS` are esa with one mechanism switched off
+(`scheduler.ablations`): policies like the others for the simulators and the benchmarks
+(`make_policy` builds them), not offered by the service, whose switch cannot run
+``esa-norelease``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from scheduler.ablations import EsaNoPreemptPolicy, EsaNoReleasePolicy
 from scheduler.atp import AtpPolicy
 from scheduler.errors import UnknownName
 from scheduler.esa import EsaPolicy
@@ -18,8 +22,10 @@ from scheduler.priority import PRIORITIES, get_priority
 from scheduler.static import StaticPolicy
 
 __all__ = [
+    "ABLATIONS",
     "POLICIES",
     "PolicyFactory",
+    "ablation_names",
     "get_priority",
     "make_policy",
     "policy_names",
@@ -36,6 +42,12 @@ POLICIES: dict[str, PolicyFactory] = {
     EsaPolicy.name: EsaPolicy,
 }
 
+#: Ablations of esa, by name; built like the policies, run by the simulators only.
+ABLATIONS: dict[str, PolicyFactory] = {
+    EsaNoReleasePolicy.name: EsaNoReleasePolicy,
+    EsaNoPreemptPolicy.name: EsaNoPreemptPolicy,
+}
+
 
 def register_policy(name: str, factory: PolicyFactory) -> None:
     """Add (or replace) policy `name`, for a policy defined outside this package."""
@@ -43,18 +55,23 @@ def register_policy(name: str, factory: PolicyFactory) -> None:
 
 
 def make_policy(name: str, **params: object) -> Policy:
-    """A new policy registered as `name`, built with `params`; raises `UnknownName`."""
-    try:
-        factory = POLICIES[name]
-    except KeyError:
-        known = ", ".join(sorted(POLICIES))
-        raise UnknownName(f"unknown policy {name!r}; known: {known}") from None
+    """A new policy (or ablation) registered as `name`, built with `params`; raises
+    `UnknownName`."""
+    factory = POLICIES.get(name) or ABLATIONS.get(name)
+    if factory is None:
+        known = ", ".join(sorted((*POLICIES, *ABLATIONS)))
+        raise UnknownName(f"unknown policy {name!r}; known: {known}")
     return factory(**params)
 
 
 def policy_names() -> tuple[str, ...]:
     """Registered policy names, in registration order (``static``, ``atp``, ``esa``, ...)."""
     return tuple(POLICIES)
+
+
+def ablation_names() -> tuple[str, ...]:
+    """Registered ablations, in registration order (``esa-norelease``, ``esa-nopreempt``)."""
+    return tuple(ABLATIONS)
 
 
 def priority_names() -> tuple[str, ...]:

@@ -26,6 +26,7 @@ from scheduler.config import RunResult, SimConfig, UtilSample
 from scheduler.fluid import CommRate, FlowJob, comm_rates
 from scheduler.jobs import JobRecord, JobTable
 from scheduler.memory import JobState
+from scheduler.policy import Policy
 from scheduler.service import Scheduler
 from scheduler.workload import JobSpec
 
@@ -57,11 +58,12 @@ def simulate(jobs: Sequence[JobSpec], cfg: SimConfig) -> RunResult:
         if new_key != key:
             key = new_key
             flows = [_flow(cfg, r) for r in active]
-            rates = comm_rates(cfg, flows, start=rates)
+            rates = comm_rates(cfg, sched.policy, flows, start=rates)
         t_next = pending[0].arrival_s if pending else math.inf
         t_next = min(t_next, *setup.values()) if setup else t_next
         for rec in active:
-            t_next = min(t_next, now + _time_to_event(cfg, rec, rates[rec.spec.job_id]))
+            rate = rates[rec.spec.job_id]
+            t_next = min(t_next, now + _time_to_event(cfg, sched.policy, rec, rate))
         marks = {rec.spec.job_id: _next_mark(cfg, rec) for rec in active}
         _advance(cfg, active, rates, t_next - now, util, now)
         clock.advance_to(t_next)
@@ -109,13 +111,13 @@ def _next_mark(cfg: SimConfig, rec: JobRecord) -> float:
     return min(total, (math.floor(rec.iterations_done / step + _EPS) + 1) * step)
 
 
-def _time_to_event(cfg: SimConfig, rec: JobRecord, rate: CommRate) -> float:
+def _time_to_event(cfg: SimConfig, policy: Policy, rec: JobRecord, rate: CommRate) -> float:
     """Time until `rec` finishes, passes its next progress mark or ages one level."""
     per_iter = _iter_s(cfg, rec, rate)
     t = max(0.0, _next_mark(cfg, rec) - rec.iterations_done) * per_iter
     starving = rate.duty * (rate.bypass + rate.evict)
-    # Only esa's switch reads priority levels, so only there is an aging crossing an event.
-    if starving > 0 and cfg.aging_s > 0 and cfg.policy == "esa":
+    # Only a preempting switch reads priority levels, so only there is aging an event.
+    if starving > 0 and cfg.aging_s > 0 and policy.preempts:
         level_at = (math.floor(rec.starved_s / cfg.aging_s + _EPS) + 1) * cfg.aging_s
         t = min(t, (level_at - rec.starved_s) / starving)
     return max(t, 0.0)

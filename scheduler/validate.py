@@ -72,6 +72,7 @@ from typing import cast
 from scheduler.config import HEADER_BYTES, PER_JOB, PsProcesses, SimConfig
 from scheduler.fragsim import simulate_fragments
 from scheduler.memory import Pool
+from scheduler.registry import policy_names
 from scheduler.simulator import simulate
 from scheduler.workload import JobSpec
 
@@ -88,7 +89,7 @@ __all__ = [
 ]
 
 #: The fluid model's goal: its mean JCT within this of the fragment-level model's on every
-#: case, every policy (issue 24). `FAMILY_BOUNDS` states where it is not met, and by how much.
+#: case, every policy. `FAMILY_BOUNDS` states where it is not met, and by how much.
 BOUND = 0.05
 
 #: The bound the fluid model's mean-JCT error is held to on each family (every case, every
@@ -239,7 +240,7 @@ def _levels(rng: random.Random) -> Case:
     return jobs, cfg
 
 
-#: Seeded case families (issue 24): name -> (what it covers, one case from an rng).
+#: Seeded case families: name -> (what it covers, one case from an rng).
 FAMILIES: dict[str, tuple[str, Callable[[random.Random], Case]]] = {
     "memory": ("memory binds: combined windows 4-6x the pool", _memory),
     "ps-0.6": ("per-job PS loaded to 0.6", _ps(0.6)),
@@ -261,14 +262,15 @@ def cases(family: str, count: int = 4, seed: int = 0) -> list[Case]:
 
 
 def validate(
-    policies: tuple[str, ...] = ("static", "atp", "esa"),
+    policies: tuple[str, ...] | None = None,
     count: int = 4,
     seed: int = 0,
     family: str = "light",
 ) -> list[CaseError]:
-    """Both simulators on `cases(family, count, seed)` under each policy."""
+    """Both simulators on `cases(family, count, seed)` under each of `policies` (default:
+    every registered policy, `scheduler.registry.policy_names`)."""
     out = []
-    for policy in policies:
+    for policy in policy_names() if policies is None else policies:
         for i, (jobs, base) in enumerate(cases(family, count, seed)):
             cfg = replace(base, policy=policy)
             frag = simulate_fragments(jobs, cfg)

@@ -12,8 +12,11 @@ harness both read it from one CSV format (a header line, then one job per line):
   many iterations the job runs; ``priority_class``: the user class for the ``static``
   priority function (0 = lowest).
 
-`load_workload` accepts a path to such a file or one of the names ``philly`` and
-``synthetic-N`` (N jobs). Both generators are seeded: the same seed gives the same file.
+`load_workload` accepts a path to such a file, one of the names ``philly`` and
+``synthetic-N`` (N jobs), or ``philly:FILE``: any CSV in the public Philly trace's format (the
+columns of ``data/jobs_philly.csv``; the mapping below reads ``job_id``, ``arrival_s``,
+``num_workers`` and ``duration_s``), mapped exactly as the bundled week. Both generators are
+seeded: the same seed gives the same file.
 
 **Philly mapping** (`philly_jobs`). Each of the 671 rows of ``data/jobs_philly.csv`` (CC BY
 4.0, see ``data/README.md``) becomes one job: arrival = ``arrival_s`` x `time_scale`; workers =
@@ -45,6 +48,8 @@ from scheduler.errors import WorkloadError
 from scheduler.memory import COPIES_PER_SLOT, DEFAULT_AGGREGATORS, DEFAULT_WINDOW, partition_slots
 
 __all__ = [
+    "PHILLY_COLUMNS",
+    "PHILLY_PREFIX",
     "JobSpec",
     "UnknownModel",
     "find_model",
@@ -129,30 +134,67 @@ def find_model(name: str) -> str:
     raise UnknownModel(f"model {name!r} {what}; known models: {', '.join(sorted(names.values()))}")
 
 
+#: The columns of a Philly-format trace that the mapping reads.
+PHILLY_COLUMNS = ("job_id", "arrival_s", "num_workers", "duration_s")
+
+
 def philly_jobs(
-    seed: int = 0, *, time_scale: float = 1.0, max_iterations: int = 10**9
+    seed: int = 0,
+    *,
+    time_scale: float = 1.0,
+    max_iterations: int = 10**9,
+    path: Path | str | None = None,
 ) -> tuple[JobSpec, ...]:
-    """The 671 Philly jobs mapped to `JobSpec` as the module docstring describes."""
+    """The Philly jobs mapped to `JobSpec` as the module docstring describes: the bundled
+    week's 671, or those of the Philly-format CSV at `path`. Raises `WorkloadError` naming
+    the file (and line) of a trace it cannot read."""
+    where = "data/jobs_philly.csv" if path is None else str(path)
+    if path is None:
+        text = _data_text("jobs_philly.csv")
+    else:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise WorkloadError(f"cannot read the Philly trace {where}: {exc}") from exc
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in PHILLY_COLUMNS if c not in (reader.fieldnames or ())]
+    if missing:
+        raise WorkloadError(
+            f"{where}: not in the Philly trace's format, no column {', '.join(missing)} "
+            f"(needs {', '.join(PHILLY_COLUMNS)}, as scheduler/data/jobs_philly.csv has)"
+        )
     rng = random.Random(seed)
     models = model_table()
     names = list(models)
     jobs = []
-    for row in csv.DictReader(io.StringIO(_data_text("jobs_philly.csv"))):
+    for line, row in enumerate(reader, start=2):
         model = rng.choice(names)
         grad, t_iter = models[model]
-        duration = float(row["duration_s"]) * time_scale
-        iterations = min(max_iterations, max(1, round(duration / t_iter)))
-        jobs.append(
-            JobSpec(
-                job_id=int(row["job_id"]),
-                arrival_s=float(row["arrival_s"]) * time_scale,
-                workers=int(row["num_workers"]),
-                model=model,
-                grad_bytes=grad,
-                iter_time_s=t_iter,
-                iterations=iterations,
+        try:
+            duration = float(row["duration_s"]) * time_scale
+            if not duration >= 0:
+                raise ValueError(f"duration_s must be a number >= 0, got {row['duration_s']!r}")
+            iterations = min(max_iterations, max(1, round(duration / t_iter)))
+            jobs.append(
+                JobSpec(
+                    job_id=int(row["job_id"]),
+                    arrival_s=float(row["arrival_s"]) * time_scale,
+                    workers=int(row["num_workers"]),
+                    model=model,
+                    grad_bytes=grad,
+                    iter_time_s=t_iter,
+                    iterations=iterations,
+                )
             )
-        )
+        except (TypeError, ValueError, OverflowError, WorkloadError) as exc:
+            raise WorkloadError(f"{where}:{line}: {exc}") from exc
+    if not jobs:
+        raise WorkloadError(f"{where}: no jobs (a header line, then one job per line)")
+    seen: set[int] = set()
+    for line, job in enumerate(jobs, start=2):
+        if job.job_id in seen:
+            raise WorkloadError(f"{where}:{line}: job id {job.job_id} again; ids must be unique")
+        seen.add(job.job_id)
     return tuple(jobs)
 
 
@@ -245,19 +287,26 @@ def _sorted(jobs: Sequence[JobSpec]) -> tuple[JobSpec, ...]:
 
 
 _SYNTHETIC = re.compile(r"synthetic-(\d+)")
+PHILLY_PREFIX = "philly:"
 
 
 def load_workload(name_or_path: str | Path, seed: int = 0) -> tuple[JobSpec, ...]:
-    """Jobs of ``philly``, ``synthetic-N``, or a workload file, sorted by arrival."""
+    """Jobs of ``philly``, ``philly:FILE``, ``synthetic-N``, or a workload file, sorted by
+    arrival; raises `WorkloadError` with one line a user can act on."""
     name = str(name_or_path)
     if name == "philly":
         return _sorted(philly_jobs(seed))
+    if name.startswith(PHILLY_PREFIX):
+        return _sorted(philly_jobs(seed, path=name.removeprefix(PHILLY_PREFIX)))
     match = _SYNTHETIC.fullmatch(name)
     if match:
+        if int(match.group(1)) < 1:
+            raise WorkloadError(f"{name!r} has no jobs: synthetic-N needs N >= 1")
         return _sorted(synthetic_jobs(int(match.group(1)), seed))
     path = Path(name)
     if not path.is_file():
         raise WorkloadError(
-            f"no workload {name!r}: give 'philly', 'synthetic-N' or a path to a workload CSV"
+            f"no workload {name!r}: give 'philly', 'philly:FILE' (a CSV in the Philly "
+            "trace's format), 'synthetic-N' or a path to a workload CSV"
         )
     return read_workload(path)

@@ -124,6 +124,21 @@ class PendingAllreduce:
         """Whether the result (or the error) is there."""
         return self._transfer.finished.is_set()
 
+    def add_done_callback(self, callback: Callable[[PendingAllreduce], None]) -> None:
+        """Call ``callback(self)`` once the result (or the error) is there, at once if it is.
+
+        It runs on the client's I/O thread, between datagrams: it should only hand the result
+        on (``wait(0)``, a copy, completing a future). An exception it raises is logged.
+        """
+
+        def run() -> None:
+            try:
+                callback(self)
+            except Exception:  # the I/O thread must go on serving the other allreduces
+                log.exception("allreduce done-callback failed")
+
+        self._transfer.add_done_callback(run)
+
     def wait(self, timeout: float | None = None) -> Any:
         """The sum (numpy float32 array, or torch tensor for a tensor input).
 

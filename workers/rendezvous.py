@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 
 # Seconds between joins of a queued job (each join is also held by the service for a few).
 _QUEUED_POLL_S = 0.5
+# How long a queued worker goes on asking a service that stopped answering: a restart keeps
+# the queued job (it is in the store), and takes seconds.
+_RESTART_WAIT_S = 60.0
 
 __all__ = [
     "HashedPlacement",
@@ -178,7 +181,8 @@ def join(
     A job still queued for switch memory answers 409 ``queued`` (after the service has held
     the request a few seconds); the join is then asked again until the job is admitted, or
     for at most `queue_wait_s` seconds (None: as long as the job stays queued), because a
-    queued job has not ended: it starts when memory frees.
+    queued job has not ended: it starts when memory frees. A service that stops answering
+    meanwhile is asked again for up to a minute: it is restarting, and keeps the queued job.
 
     Raises `JobCancelled` when the job has ended (409), and `RendezvousError` for anything
     else the worker cannot recover from (still queued after `queue_wait_s`, unreachable
@@ -187,16 +191,26 @@ def join(
     own = client is None
     http = client if client is not None else httpx.Client(base_url=service, timeout=timeout_s)
     deadline = None if queue_wait_s is None else time.monotonic() + queue_wait_s
+    queued: httpx.Response | None = None  # the last "queued" answer
+    answered = 0.0  # when the service last answered
     try:
         while True:
-            response = _post_join(http, service, job_id, token, data)
-            if response.status_code != 409 or _state(response) != "queued":
-                break
+            try:
+                response = _post_join(http, service, job_id, token, data)
+            except RendezvousError:
+                if queued is None or time.monotonic() - answered > _RESTART_WAIT_S:
+                    raise
+                log.warning("the service does not answer (restarting?); asking again")
+            else:
+                if response.status_code != 409 or _state(response) != "queued":
+                    break
+                queued, answered = response, time.monotonic()
+                log.info("job %d is queued for switch memory; asking again", job_id)
             if deadline is not None and time.monotonic() >= deadline:
+                detail = _detail(queued) if queued is not None else "no answer"
                 raise RendezvousError(
-                    f"job {job_id} is still queued after {queue_wait_s:g} s: {_detail(response)}"
+                    f"job {job_id} is still queued after {queue_wait_s:g} s: {detail}"
                 )
-            log.info("job %d is queued for switch memory; asking again", job_id)
             time.sleep(_QUEUED_POLL_S)
     finally:
         if own:

@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     """Train; returns the exit status (4 when inasched fails, with one line on stderr)."""
     parser = argparse.ArgumentParser(prog="python -m workers.train_example")
     parser.add_argument("--comm", choices=["inasched", "gloo"], default="inasched")
+    parser.add_argument("--hook", choices=["async", "sync"], default="async")
     parser.add_argument("--config", help="join JSON path; '{rank}' is replaced by the rank")
     parser.add_argument("--service")
     parser.add_argument("--job", type=int)
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         model = DistributedDataParallel(_model(args.seed))
         if args.comm == "inasched":
             client = _client(args, rank)
-            register(model, client)
+            register(model, client, overlap=args.hook == "async")
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
         for step, (x, y) in enumerate(_batches(rank, args.steps, args.batch, args.seed)):
             optimizer.zero_grad()

@@ -17,7 +17,7 @@ the next (`activate`), so steady-state iterations touch no fresh memory.
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -151,6 +151,9 @@ class Transfer:
         self.next_exponents: npt.NDArray[np.int8] | None = None
         self.error: BaseException | None = None
         self.finished = threading.Event()
+        # Run by whoever finishes the transfer (the I/O thread): `add_done_callback`.
+        self._callbacks: list[Callable[[], None]] = []
+        self._callback_lock = threading.Lock()
         # Datagrams to send (built by `_build`), and results as they came (wire byte order).
         self._row = HEADER_SIZE + 4 * lanes
         self._wire: npt.NDArray[np.uint8] | None = None
@@ -313,7 +316,20 @@ class Transfer:
         self.padded = self._wire = self._sums = None
         self._sum_bytes = memoryview(b"")
         self.previous = None
-        self.finished.set()
+        with self._callback_lock:
+            self.finished.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def add_done_callback(self, callback: Callable[[], None]) -> None:
+        """Run `callback` once the transfer has finished, at once if it has; it runs on the
+        thread that finishes it (the I/O thread), so it must be quick and must not raise."""
+        with self._callback_lock:
+            if not self.finished.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
 
     def _dequantize(self) -> None:
         """Fill `out` from the stored sums: ``lane * 2**(exponent - S)``, or float32 bits; and

@@ -12,7 +12,9 @@ worker joins through REST (``workers.rendezvous``), heartbeats every
 ``heartbeat_interval_s`` and reports progress (iterations done, bytes aggregated in the switch
 and at the PS). With ``--config`` it reads the same join JSON from a file and talks to no
 service. A worker of a job still queued for switch memory waits for its admission (at most
-`--queue-wait` seconds when given).
+`--queue-wait` seconds when given). Without ``--config``, ``--service``, ``--job`` and
+``--token`` default to ``INASCHED_SERVICE``, ``INASCHED_JOB`` and ``INASCHED_JOIN_TOKEN``, the
+variables ``inasched launch`` gives the workers it starts under torchrun.
 
 Exit status, each with one line on stderr: 0 done; 3 the job was cancelled or failed; 4 no
 result within `--timeout` (a peer stopped, or the switch is unreachable); 5 the worker could
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import threading
 import time
@@ -122,6 +125,8 @@ class Reporter:
                 self.cancelled = "ended"
             if callable(self._on_cancel):
                 self._on_cancel()
+        elif 400 <= response.status_code < 500:  # sending it again cannot help
+            log.warning("%s refused (%d): %s", path, response.status_code, response.text[:200])
         return response.status_code < 500
 
     def _send_unsent(self) -> bool:
@@ -159,6 +164,11 @@ class Reporter:
         """Wait until the last progress report reached the service (at most `timeout_s`);
         whether it did. Heartbeats go on meanwhile, so the job stays alive."""
         deadline = time.monotonic() + timeout_s
+        if self._send_unsent():
+            return True
+        log.info(
+            "waiting for the service to take the last progress report (%g s at most)", timeout_s
+        )
         while not self._send_unsent():
             if self.cancelled is not None or time.monotonic() >= deadline:
                 log.warning("the last progress report did not reach the service")
@@ -174,9 +184,11 @@ class Reporter:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="inasched worker", description=__doc__.split("\n")[0])
-    parser.add_argument("--job", type=int, help="the service's job id")
-    parser.add_argument("--token", help="the job's join token")
-    parser.add_argument("--service", help="base URL of the inasched service")
+    parser.add_argument("--job", type=int, help="the service's job id (default: $INASCHED_JOB)")
+    parser.add_argument("--token", help="the job's join token (default: $INASCHED_JOIN_TOKEN)")
+    parser.add_argument(
+        "--service", help="base URL of the inasched service (default: $INASCHED_SERVICE)"
+    )
     parser.add_argument("--config", help="join JSON file, instead of --job/--token/--service")
     parser.add_argument(
         "--model",
@@ -208,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the worker; returns the exit status (module docstring)."""
     parser = _parser()
     args = parser.parse_args(argv)
+    if not args.config:
+        _from_launch(args)
     if not args.config and not (args.job is not None and args.token and args.service):
         parser.error("give --config FILE, or --job, --token and --service")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
@@ -221,6 +235,14 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(EXIT_TIMEOUT, str(exc))
     except OSError as exc:
         return _fail(1, f"socket error: {exc}")
+
+
+def _from_launch(args: argparse.Namespace) -> None:
+    """Fill --service, --job and --token not given from the variables of ``inasched launch``."""
+    args.service = args.service or os.environ.get("INASCHED_SERVICE")
+    args.token = args.token or os.environ.get("INASCHED_JOIN_TOKEN")
+    if args.job is None and os.environ.get("INASCHED_JOB", "").isdigit():
+        args.job = int(os.environ["INASCHED_JOB"])
 
 
 def _fail(status: int, message: str) -> int:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Path, Query
 from api.deps import CallerDep, ServiceDep, SessionDep, TenantDep
 from api.errors import NotFound
 from api.events import Event
+from api.routes import not_found
 from api.schemas import BenchRunCreate, BenchRunDetail, BenchRunPublic
 from api.store import get_bench_run, list_bench_runs, store_bench_run
 
@@ -31,7 +32,11 @@ def index(
     ]
 
 
-@router.get("/{run_id}", summary="one run with its summary and job rows")
+@router.get(
+    "/{run_id}",
+    responses=not_found("benchmark run"),
+    summary="one run with its summary and job rows",
+)
 def show(
     run_id: Annotated[int, Path(ge=1, le=2**31 - 1)], caller: CallerDep, session: SessionDep
 ) -> BenchRunDetail:

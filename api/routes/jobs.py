@@ -11,6 +11,7 @@ from api.errors import NotFound
 from api.inputs import check_resubmission, job_size
 from api.jobviews import job_public
 from api.rendezvous import cancel_job
+from api.routes import not_found
 from api.schemas import JobCreate, JobCreated, JobDetail, JobList, JobPublic, JobStateName
 from api.store import create_job, get_job, list_jobs
 
@@ -63,7 +64,11 @@ def index(
     return JobList(items=[job_public(r, reasons, JobPublic) for r in rows], total=total)
 
 
-@router.get("/{job_id}", summary="one job with its workers and priority history")
+@router.get(
+    "/{job_id}",
+    responses=not_found("job"),
+    summary="one job with its workers and priority history",
+)
 def show(
     job_id: JobIdPath, caller: CallerDep, session: SessionDep, service: ServiceDep
 ) -> JobDetail:
@@ -75,7 +80,14 @@ def show(
     return job_public(job, service.coordinator.queue_reasons, JobDetail)
 
 
-@router.delete("/{job_id}", summary="cancel a job")
+@router.delete(
+    "/{job_id}",
+    responses={
+        **not_found("job"),
+        409: {"description": "the job already ended (finished, failed or cancelled)"},
+    },
+    summary="cancel a job",
+)
 def cancel(job_id: JobIdPath, tenant: TenantDep, service: ServiceDep) -> JobPublic:
     """The cancelled job; 409 if it already ended. Its workers are told on their next
     heartbeat and its switch memory is reclaimed now."""

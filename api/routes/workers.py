@@ -11,6 +11,7 @@ from api.deps import JobIdPath, JoinedJobDep, ServiceDep, WorkerIdPath
 from api.errors import Conflict
 from api.inputs import check_data_address
 from api.rendezvous import heartbeat, join, report_progress
+from api.routes import not_found
 from api.schemas import WorkerJoin, WorkerJoinRequest, WorkerProgress, WorkerState
 
 # A worker started right after its job's submission may find it still queued; holding the join
@@ -20,7 +21,8 @@ JOIN_WAIT_S = 5.0
 router = APIRouter(prefix="/jobs/{job_id}/workers", tags=["workers"])
 
 CONFLICT: dict[int | str, dict[str, Any]] = {
-    409: {"description": "the job was cancelled or failed (body has its state)"}
+    **not_found("job or worker"),
+    409: {"description": "the job was cancelled or failed (body has its state)"},
 }
 
 

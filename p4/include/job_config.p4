@@ -1,19 +1,13 @@
-// The job table (policy, fan-in, static partition, multicast group, PS port) and
-// the job's priority level. Applied on every pass: a recirculated packet is
-// routed by the entry of the job named in its header (the evicted holder's).
+// The job table (policy, fan-in, static partition, multicast group, PS port, priority).
+// Applied on every pass: a recirculated packet is routed by the entry of the job
+// named in its header (the evicted holder's).
 #ifndef INASCHED_JOB_CONFIG_P4
 #define INASCHED_JOB_CONFIG_P4
 
 control JobConfig(inout headers_t hdr, inout metadata_t meta) {
-    // Written by the scheduler only. Read here, once per pass and for the
-    // packet's own job: esa compares against agg_priority, the level the
-    // holder had when it claimed, so no second job's cell is ever read.
-    @name(".job_priority") @id(0x16000001)
-    register<bit<8>>(MAX_JOBS) job_priority;
-
     @name(".set_job") @id(0x01000002)
     action set_job(bit<8> policy, bit<8> fan_in, bit<32> part_base, bit<32> part_size,
-                   bit<16> mcast_group, bit<9> ps_port) {
+                   bit<16> mcast_group, bit<9> ps_port, bit<8> priority) {
         meta.cfg.known = true;
         meta.cfg.policy = policy;
         meta.cfg.fan_in = fan_in;
@@ -21,6 +15,12 @@ control JobConfig(inout headers_t hdr, inout metadata_t meta) {
         meta.cfg.part_size = part_size;
         meta.cfg.mcast_group = mcast_group;
         meta.cfg.ps_port = ps_port;
+        // The job's priority level, written by the scheduler only (a MODIFY of this
+        // entry; higher wins). A table parameter, not a register: PI (BMv2's P4Runtime
+        // server) refuses register writes, and every target writes table entries. esa
+        // compares it against agg_priority, the level the holder had when it claimed,
+        // so no second job's level is ever looked up (rule.py _shared: cfg.priority).
+        meta.job_priority = priority;
     }
 
     @name(".unknown_job") @id(0x01000003)
@@ -44,9 +44,6 @@ control JobConfig(inout headers_t hdr, inout metadata_t meta) {
 
     apply {
         job_table.apply();
-        if (meta.cfg.known) {
-            job_priority.read(meta.job_priority, (bit<32>)hdr.agg.job);
-        }
     }
 }
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from p4ctl.errors import SwitchError, UpdateError, WriteFailed
@@ -75,15 +75,22 @@ class JobInstall:
                 "scheduler.memory.partition_slots rounds a window up to one"
             )
         if not 0 <= self.priority <= 255:
-            raise ValueError(f"priority {self.priority} outside 0..255 (8-bit register)")
+            raise ValueError(
+                f"priority {self.priority} outside 0..255 (an 8-bit job_table parameter)"
+            )
 
 
 @dataclass(frozen=True, slots=True)
 class Occupancy:
-    """Owner job and `AggState` of every aggregator: ``job[i]``, ``state[i]``."""
+    """Owner job and `AggState` of every aggregator: ``job[i]``, ``state[i]``.
+
+    Empty, with `unavailable` saying why, when the switch serves no register access
+    (`p4ctl.register_access`): nothing is known then, which is not the same as all free.
+    """
 
     job: tuple[int, ...]
     state: tuple[int, ...]
+    unavailable: str = ""
 
     @property
     def aggregators(self) -> int:
@@ -152,6 +159,7 @@ def job_config(job: JobInstall, ps_port: int) -> JobConfig:
         part_size=job.part_size,
         mcast_group=group_of(job.job_id),
         ps_port=ps_port,
+        priority=job.priority,
     )
 
 
@@ -224,7 +232,6 @@ class InMemorySwitch:
         pipe.sources[(job.job_id, PS_WORKER_ID, host, udp_port)] = ps_port
         pipe.jobs[job.job_id] = job_config(job, ps_port)
         pipe.groups.setdefault(group_of(job.job_id), ())
-        pipe.registers.job_priority[job.job_id] = job.priority
         self._sync_ports()
 
     def add_worker(self, job_id: int, worker_id: int, endpoint: Endpoint) -> None:
@@ -247,7 +254,10 @@ class InMemorySwitch:
     def set_priority(self, job_id: int, level: int) -> None:
         if not 0 <= level <= 255:
             raise WriteFailed([_invalid(f"priority {level} outside 0..255")])
-        self.pipeline.registers.job_priority[job_id] = level
+        cfg = self.pipeline.jobs.get(job_id)
+        if cfg is None:
+            raise WriteFailed([UpdateError(0, "NOT_FOUND", f"job {job_id} is not installed")])
+        self.pipeline.jobs[job_id] = replace(cfg, priority=level)
 
     def reclaim(self, job_id: int) -> int:
         return self.pipeline.registers.reclaim_job(job_id)
@@ -258,7 +268,6 @@ class InMemorySwitch:
         for key in [k for k in pipe.sources if k[0] == job_id]:
             del pipe.sources[key]
         pipe.groups.pop(group_of(job_id), None)
-        pipe.registers.job_priority[job_id] = 0
         pipe.registers.reclaim_job(job_id)
         self._sync_ports()
 

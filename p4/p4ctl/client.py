@@ -11,6 +11,13 @@ mapped onto `p4ctl.errors`::
     client.occupancy().runs()      # [(start, length, job, state), ...]
     client.close()
 
+A job's priority is a parameter of its ``job_table`` entry, so running jobs needs no register
+write, which PI (BMv2's P4Runtime server) refuses. Occupancy and reclaim use `registers`:
+P4Runtime where the switch serves register reads (one wildcard read per array), else BMv2's
+Thrift runtime (`register_thrift`), else none, and `registers_unavailable` says what is lost.
+With `device_config` (for BMv2 the JSON p4c-bm2-ss writes) the pipeline push carries the
+program; a switch that runs no program and got none is refused with how to load it.
+
 What the switch holds is the truth: the client reads the port table, the worker table and the
 job table when it connects, so a restarted service resumes with the switch as it left it. The
 first `install_job` of a client also installs (or rewrites) clone session `CLONE_SESSION`, which
@@ -21,7 +28,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 
 import grpc
 from p4.config.v1 import p4info_pb2
@@ -56,7 +64,8 @@ from p4ctl.p4info import (
     compare_p4info,
 )
 from p4ctl.protocol import MAX_JOBS, PS_WORKER_ID, AggState, DropReason
-from p4ctl.rule import JOB_COUNTERS
+from p4ctl.register_access import RegisterAccess, ThriftRegisters
+from p4ctl.rule import JOB_COUNTERS, JobConfig
 
 __all__ = ["CLONE_PORT", "SwitchClient"]
 
@@ -88,18 +97,21 @@ class SwitchClient:
         lanes: int | None = None,
         *,
         device_config: bytes = b"",
+        register_thrift: str | None = None,
     ) -> None:
         self.address = address
         self._lock = threading.RLock()
         # Written with the first install_job, not on connect: a backup controller may not write.
         self._clone_session_installed = False
         self._shell = _connect(device_id, address, election_id)
+        self._thrift: ThriftRegisters | None = None
         try:
             info = self._pipeline(aggregators, lanes, device_config)
             self.names = P4Names(info)
             self.aggregators = self.names.register_size["agg_job"]
             self.lanes = self.names.lanes
             self._load()
+            self.registers, self.registers_unavailable = self._register_access(register_thrift)
         except BaseException:
             self._shell.tear_down()
             raise
@@ -107,6 +119,8 @@ class SwitchClient:
     # ------------------------------------------------------------------ SwitchBackend
 
     def install_job(self, job: JobInstall) -> None:
+        """Install `job` whole, or leave the switch as it was: on a refused write, what this
+        call wrote is undone before the error is raised (no half-installed job)."""
         with self._lock:
             if not self._clone_session_installed:
                 # Switch-wide, and before the first job's packets can need it.
@@ -114,43 +128,55 @@ class SwitchClient:
                 self._clone_session_installed = True
             address = job.ps.address()
             ps_port, _ = self._ports.assign(address)
-            cfg = job_config(job, ps_port)
-            updates = [
-                self._endpoint_entry(ps_port, address),
-                self.names.table_entry(
-                    "job_table",
-                    {"job": job.job_id},
-                    "set_job",
-                    {
-                        "policy": int(cfg.policy),
-                        "fan_in": cfg.fan_in,
-                        "part_base": cfg.part_base,
-                        "part_size": cfg.part_size,
-                        "mcast_group": cfg.mcast_group,
-                        "ps_port": ps_port,
-                    },
-                ),
-            ]
-            stale = self._sources.get((job.job_id, PS_WORKER_ID))
-            if stale is not None and stale[:2] != address:
-                self._delete([self._source_entry(job.job_id, PS_WORKER_ID, stale)])
+            job_id, params = job.job_id, _set_job_params(job_config(job, ps_port))
+            before, stale = self._jobs.get(job_id), self._sources.get((job_id, PS_WORKER_ID))
             source = (*address, ps_port)
-            updates.append(self._source_entry(job.job_id, PS_WORKER_ID, source))
-            self._upsert(updates)
-            self._write(
-                [self.names.register_entry("job_priority", job.job_id, job.priority)], MODIFY
-            )
-            self._sources[(job.job_id, PS_WORKER_ID)] = source
-            self._jobs[job.job_id] = cfg.fan_in
-            self._write([self._group_entry(job.job_id)], INSERT, tolerate="ALREADY_EXISTS")
+            job_key = self.names.table_entry("job_table", {"job": job_id})
+            # Undone newest first; the PS's port entry goes with the last step when no
+            # recorded source uses it.
+            undo: list[Callable[[], object]] = [self._release_ports]
+            try:
+                self._upsert([self._endpoint_entry(ps_port, address)])
+                if stale != source:
+                    if stale is not None:
+                        old = self._source_entry(job_id, PS_WORKER_ID, stale)
+                        self._delete([old])
+                        undo.append(partial(self._upsert, [old]))
+                    new = self._source_entry(job_id, PS_WORKER_ID, source)
+                    undo.append(partial(self._delete, [new]))
+                    self._upsert([new])
+                if before is None:
+                    undo.append(partial(self._delete, [self._group_entry(job_id, False)]))
+                self._write([self._group_entry(job_id)], INSERT, tolerate="ALREADY_EXISTS")
+                # Last: until the job's entry is there its packets are dropped (UNKNOWN_JOB),
+                # so the data plane sees no part of the job before all of it is written.
+                if before is None:
+                    undo.append(partial(self._delete, [job_key]))
+                else:
+                    undo.append(partial(self._write, [self._job_entry(job_id, before)], MODIFY))
+                self._upsert([self._job_entry(job_id, params)])
+            except SwitchError:
+                self._undo(job_id, undo)
+                raise
+            self._sources[(job_id, PS_WORKER_ID)] = source
+            self._jobs[job_id] = params
+
+    def _undo(self, job_id: int, steps: list[Callable[[], object]]) -> None:
+        """Run `steps` newest first; a step that fails is logged (the original error wins)."""
+        for step in reversed(steps):
+            try:
+                step()
+            except SwitchError as exc:
+                log.error("job %d: could not undo a partial install: %s", job_id, exc)
 
     def add_worker(self, job_id: int, worker_id: int, endpoint: Endpoint) -> None:
         with self._lock:
-            fan_in = self._jobs.get(job_id)
-            if fan_in is None:
+            params = self._jobs.get(job_id)
+            if params is None:
                 raise WriteFailed(
                     [UpdateError(0, "NOT_FOUND", f"job {job_id} is not installed; install first")]
                 )
+            fan_in = params["fan_in"]
             if not 0 <= worker_id < fan_in:
                 raise WriteFailed(
                     [
@@ -174,25 +200,46 @@ class SwitchClient:
             self._release_ports()
 
     def set_priority(self, job_id: int, level: int) -> None:
+        """MODIFY the job's ``job_table`` entry: its priority is one of the entry's parameters,
+        which every P4Runtime target can write (PI refuses register writes)."""
         with self._lock:
-            self._write([self.names.register_entry("job_priority", job_id, level)], MODIFY)
+            params = self._jobs.get(job_id)
+            if params is None:
+                raise WriteFailed(
+                    [UpdateError(0, "NOT_FOUND", f"job {job_id} is not installed; install first")]
+                )
+            if not 0 <= level <= 255:
+                raise WriteFailed(
+                    [UpdateError(0, "INVALID_ARGUMENT", f"priority {level} outside 0..255")]
+                )
+            changed = {**params, "priority": level}
+            self._write([self._job_entry(job_id, changed)], MODIFY)
+            self._jobs[job_id] = changed
 
     def reclaim(self, job_id: int) -> int:
+        """Free every aggregator `job_id` holds; returns how many (0, with a warning, when the
+        switch serves no register access: `registers_unavailable` says so)."""
         with self._lock:
-            owners = self._register_values("agg_job")
-            states = self._register_values("agg_state")
+            if self.registers is None:
+                log.warning(
+                    "job %d: aggregators not reclaimed: %s", job_id, self.registers_unavailable
+                )
+                return 0
+            owners = self.registers.read_all("agg_job")
+            states = self.registers.read_all("agg_state")
             held = [
                 i
                 for i, (j, s) in enumerate(zip(owners, states, strict=True))
                 if j == job_id and s != AggState.FREE
             ]
-            updates = [
-                self.names.register_entry(name, i, 0)
-                for i in held
-                for name in ("agg_state", "agg_bitmap", "agg_count")
-            ]
-            if updates:
-                self._write(updates, MODIFY)
+            if held:
+                self.registers.write_cells(
+                    [
+                        (name, i, 0)
+                        for i in held
+                        for name in ("agg_state", "agg_bitmap", "agg_count")
+                    ]
+                )
             return len(held)
 
     def remove_job(self, job_id: int) -> None:
@@ -210,7 +257,6 @@ class SwitchClient:
                 ]
             )
             self._jobs.pop(job_id, None)
-            self._write([self.names.register_entry("job_priority", job_id, 0)], MODIFY)
             self.reclaim(job_id)
             self._release_ports()
 
@@ -221,10 +267,14 @@ class SwitchClient:
             return {self.names.match_values(e.table_entry)[0] for e in self._read([query])}
 
     def occupancy(self) -> Occupancy:
+        """Owner and state of every aggregator, one wildcard read per array; with no register
+        access, an empty `Occupancy` whose `unavailable` says why."""
         with self._lock:
+            if self.registers is None:
+                return Occupancy(job=(), state=(), unavailable=self.registers_unavailable)
             return Occupancy(
-                job=tuple(self._register_values("agg_job")),
-                state=tuple(self._register_values("agg_state")),
+                job=tuple(self.registers.read_all("agg_job")),
+                state=tuple(self.registers.read_all("agg_state")),
             )
 
     def counters(self) -> SwitchCounters:
@@ -249,6 +299,9 @@ class SwitchClient:
         """End the stream and close the channel; safe to call twice."""
         with self._lock:
             shell, self._shell = self._shell, None
+            thrift, self._thrift = self._thrift, None
+        if thrift is not None:
+            thrift.close()
         if shell is not None:
             shell.tear_down()
 
@@ -263,7 +316,11 @@ class SwitchClient:
     def _pipeline(
         self, aggregators: int | None, lanes: int | None, device_config: bytes
     ) -> p4info_pb2.P4Info:
-        """Set our pipeline on a switch that has none, or check the one it runs."""
+        """Set our pipeline on a switch that has none, or check the one it runs.
+
+        `device_config` is the target's program (for BMv2 the JSON p4c-bm2-ss writes), pushed
+        with the P4Info; it also replaces a pipeline that runs no program (one pushed without
+        it). With none, a switch that needs one is refused with how to load it."""
         try:
             running = self.shell.get_p4info()
         except P4RuntimeException as exc:
@@ -272,22 +329,7 @@ class SwitchClient:
             running = None
         if running is None or not running.tables:
             sizing = Sizing(aggregators or DEFAULT_AGGREGATORS, lanes or DEFAULT_LANES)
-            info = build_p4info(sizing)
-            request = p4rt.SetForwardingPipelineConfigRequest(
-                device_id=self.shell.device_id,
-                action=p4rt.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
-            )
-            request.election_id.high, request.election_id.low = self.shell.election_id
-            request.config.p4info.CopyFrom(info)
-            request.config.p4_device_config = device_config
-            try:
-                self.shell.stub.SetForwardingPipelineConfig(request)
-            except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                    raise PipelineMismatch(f"switch {self.address}: {exc.details()}") from None
-                raise self._mapped(exc) from None
-            log.info("set the inasched pipeline on %s (%s)", self.address, sizing)
-            return info
+            return self._set_pipeline(build_p4info(sizing), device_config)
         names = P4Names(running)
         sizing = Sizing(names.register_size.get("agg_job", 0), names.lanes)
         want = Sizing(aggregators or sizing.aggregators, lanes or sizing.lanes)
@@ -301,13 +343,103 @@ class SwitchClient:
                 f"switch {self.address} runs another pipeline than inasched {want}: "
                 + "; ".join(problems[:3])
             )
+        try:
+            self._check_program(running, b"")
+        except PipelineMismatch:
+            if not device_config:
+                raise
+            return self._set_pipeline(build_p4info(want), device_config)
         return running
+
+    def _set_pipeline(self, info: p4info_pb2.P4Info, device_config: bytes) -> p4info_pb2.P4Info:
+        request = p4rt.SetForwardingPipelineConfigRequest(
+            device_id=self.shell.device_id,
+            action=p4rt.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
+        )
+        request.election_id.high, request.election_id.low = self.shell.election_id
+        request.config.p4info.CopyFrom(info)
+        request.config.p4_device_config = device_config
+        try:
+            self.shell.stub.SetForwardingPipelineConfig(request)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                raise PipelineMismatch(f"switch {self.address}: {exc.details()}") from None
+            raise self._mapped(exc) from None
+        self._check_program(info, device_config)
+        names = P4Names(info)
+        sizing = Sizing(names.register_size["agg_job"], names.lanes)
+        program = (
+            f"a {len(device_config)}-byte device config" if device_config else "no device config"
+        )
+        log.info("set the inasched pipeline on %s (%s, %s)", self.address, sizing, program)
+        return info
+
+    def _check_program(self, info: p4info_pb2.P4Info, device_config: bytes) -> None:
+        """Refuse a target whose pipeline runs no program: one read of the job table.
+
+        BMv2's ``simple_switch_grpc`` started without a program accepts the P4Info alone and
+        then fails every read (UNKNOWN: Error when reading table entries from target); a
+        target that needs no device config (the soft switch) serves the read."""
+        query = p4rt.Entity()
+        query.table_entry.table_id = next(
+            t.preamble.id for t in info.tables if t.preamble.name == "job_table"
+        )
+        try:
+            for _ in self._read([query]):
+                pass
+        except SwitchUnavailable:
+            raise
+        except SwitchError as exc:
+            if device_config:
+                raise
+            raise PipelineMismatch(
+                f"switch {self.address} runs no P4 program: it holds the inasched P4Info with no "
+                f"device config, and refuses to read its tables ({exc}). Load the program: "
+                "give the JSON p4c-bm2-ss writes for p4/inasched.p4 with --p4-config PATH "
+                "(INASCHED_P4_CONFIG), or start simple_switch_grpc with that JSON instead of "
+                "--no-p4 (p4/README.md, Running on BMv2)"
+            ) from None
+
+    def _register_access(self, thrift: str | None) -> tuple[RegisterAccess | None, str]:
+        """``(access, "")``: P4Runtime where the switch serves register reads, else BMv2's
+        Thrift runtime at `thrift`; ``(None, why)`` with neither."""
+        probe = p4rt.Entity()
+        probe.register_entry.register_id = self.names.register_id["agg_state"]
+        probe.register_entry.index.index = 0
+        request = p4rt.ReadRequest(device_id=self.shell.device_id, entities=[probe])
+        try:
+            for _ in self.shell.stub.Read(request):
+                pass
+            return self, ""
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise self._mapped(exc) from None
+            refused = f"UNIMPLEMENTED: {exc.details()}"
+        if thrift:
+            self._thrift = ThriftRegisters(thrift, self.names.register_size)
+            log.info(
+                "switch %s refuses P4Runtime register access (%s): registers over its Thrift "
+                "runtime at %s",
+                self.address,
+                refused,
+                thrift,
+            )
+            return self._thrift, ""
+        why = (
+            f"switch {self.address} refuses P4Runtime register access ({refused}) and no Thrift "
+            "register transport is set (--switch-thrift HOST:PORT, INASCHED_SWITCH_THRIFT): "
+            "occupancy (which aggregators each job holds) cannot be shown, and a removed job's "
+            "aggregators are not reclaimed; jobs, priorities, workers and counters work"
+        )
+        log.warning("%s", why)
+        return None, why
 
     def _load(self) -> None:
         """Read back the tables a previous controller left, so writes stay idempotent."""
         self._ports = PortMap()
         self._sources: dict[tuple[int, int], SourceEntry] = {}
-        self._jobs: dict[int, int] = {}
+        # job -> its set_job parameters, as the switch holds them.
+        self._jobs: dict[int, dict[str, int]] = {}
         query = p4rt.Entity()
         query.table_entry.table_id = 0
         for entity in self._read([query]):
@@ -322,7 +454,7 @@ class SwitchClient:
             elif table == "worker_table" and "port" in params:
                 self._sources[(key[0], key[1])] = (addr_str(key[2]), key[3], params["port"])
             elif table == "job_table" and "fan_in" in params:
-                self._jobs[key[0]] = params["fan_in"]
+                self._jobs[key[0]] = params
 
     # ------------------------------------------------------------------ entities
 
@@ -374,7 +506,11 @@ class SwitchClient:
         released = self._ports.release_unused(used)
         self._delete([self.names.table_entry("port_table", {"egress_port": p}) for p in released])
 
-    def _register_values(self, name: str) -> list[int]:
+    def _job_entry(self, job_id: int, params: dict[str, int]) -> p4rt.Entity:
+        return self.names.table_entry("job_table", {"job": job_id}, "set_job", params)
+
+    def read_all(self, name: str) -> list[int]:
+        """Every cell of register `name`, in one wildcard read (`RegisterAccess`)."""
         query = p4rt.Entity()
         query.register_entry.register_id = self.names.register_id[name]
         values = [0] * self.names.register_size[name]
@@ -382,6 +518,10 @@ class SwitchClient:
             entry = entity.register_entry
             values[entry.index.index] = int.from_bytes(entry.data.bitstring, "big")
         return values
+
+    def write_cells(self, cells: list[tuple[str, int, int]]) -> None:
+        """Set ``(register, index, value)`` cells in one batch (`RegisterAccess`)."""
+        self._write([self.names.register_entry(n, i, v) for n, i, v in cells], MODIFY)
 
     # ------------------------------------------------------------------ RPCs, errors mapped
 
@@ -440,6 +580,19 @@ class SwitchClient:
         ):
             return SwitchUnavailable(self.address, f"{code.name}: {details}")
         return SwitchError(f"switch {self.address}: {code.name}: {details}")
+
+
+def _set_job_params(cfg: JobConfig) -> dict[str, int]:
+    """The ``set_job`` parameters of job table entry `cfg`."""
+    return {
+        "policy": int(cfg.policy),
+        "fan_in": cfg.fan_in,
+        "part_base": cfg.part_base,
+        "part_size": cfg.part_size,
+        "mcast_group": cfg.mcast_group,
+        "ps_port": cfg.ps_port,
+        "priority": cfg.priority,
+    }
 
 
 def _connect(device_id: int, address: str, election_id: tuple[int, int]) -> P4RuntimeClient:

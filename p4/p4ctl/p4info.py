@@ -97,6 +97,10 @@ ACTIONS: dict[str, list[tuple[str, int]]] = {
         ("part_size", 32),
         ("mcast_group", 16),
         ("ps_port", PORT_BITS),
+        # The job's priority level, written by the scheduler only (a MODIFY of the entry): a
+        # table parameter, not a register, so that every P4Runtime target can write it (PI,
+        # under BMv2's simple_switch_grpc, answers register writes with UNIMPLEMENTED).
+        ("priority", 8),
     ],
     "unknown_job": [],
     "allow_source": [("port", PORT_BITS)],
@@ -143,10 +147,10 @@ def build_p4info(sizing: Sizing = Sizing()) -> p4info_pb2.P4Info:
             table.action_refs.add().id = action_ids[aname]
         table.size = size
 
-    registers: list[tuple[str, int, int]] = [("job_priority", 8, MAX_JOBS)]
-    registers += [(name, width, sizing.aggregators) for name, width in AGG_REGISTER_WIDTHS.items()]
+    registers = [(name, width, sizing.aggregators) for name, width in AGG_REGISTER_WIDTHS.items()]
     registers += [(f"agg_lane_{lane}", 32, sizing.aggregators) for lane in range(sizing.lanes)]
-    for n, (name, width, size) in enumerate(registers, start=1):
+    # Id 1 was the job_priority register, now set_job's priority: the others keep their ids.
+    for n, (name, width, size) in enumerate(registers, start=2):
         register = info.registers.add()
         register.preamble.id = _id(_PREFIX.REGISTER, n)
         register.preamble.name = name

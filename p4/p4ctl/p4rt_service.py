@@ -8,6 +8,12 @@ the highest election id is primary, and a Write or pipeline change whose electio
 primary's is refused with PERMISSION_DENIED. Per-update Write errors travel as P4Runtime
 specifies: status UNKNOWN with a ``google.rpc.Status`` of one ``p4.v1.Error`` per update in the
 trailing metadata.
+
+Two options make the service answer as PI, the P4Runtime server of BMv2's ``simple_switch_grpc``,
+does, so that the control plane is tested against that target without it:
+``serve_registers=False`` refuses every RegisterEntry with UNIMPLEMENTED and PI's words (a read
+as a whole, a write as that update); ``needs_device_config=True`` takes a P4Info with an empty
+device config, as BMv2 started without a program does, then fails every read with UNKNOWN.
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ from p4.v1 import p4runtime_pb2_grpc
 
 from p4ctl.p4info import Sizing, build_p4info
 from p4ctl.pipeline import Pipeline
+from p4ctl.register_access import PI_READS_REFUSED, PI_WRITES_REFUSED
 from p4ctl.tables import Entities
-from p4ctl.values import EntityError
+from p4ctl.values import EntityError, encode_value
 
 __all__ = ["P4RuntimeService", "first_difference"]
 
@@ -77,9 +84,18 @@ class _Stream:
 class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):  # type: ignore[misc]
     """P4Runtime for one device (`device_id`) whose data plane is `pipeline`."""
 
-    def __init__(self, pipeline: Pipeline, device_id: int = 0) -> None:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        device_id: int = 0,
+        *,
+        serve_registers: bool = True,
+        needs_device_config: bool = False,
+    ) -> None:
         self.pipeline = pipeline
         self.device_id = device_id
+        self.serve_registers = serve_registers
+        self.needs_device_config = needs_device_config
         self.sizing = Sizing(pipeline.aggregators, pipeline.lanes)
         self._expected = build_p4info(self.sizing)
         self._config: p4rt.ForwardingPipelineConfig | None = None
@@ -97,6 +113,38 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):  # type: ignore[mi
             stream.outbox.put(None)
         for reader in readers:
             reader.join()
+
+    def write_register(self, name: str, index: int, value: int) -> None:
+        """Set one cell of register `name`, as a P4Runtime MODIFY would (raises `EntityError`;
+        served whatever `serve_registers` says: this is the target's own runtime's path)."""
+        update = p4rt.Update(type=p4rt.Update.MODIFY)
+        update.entity.register_entry.CopyFrom(self._register_query(name, index))
+        update.entity.register_entry.data.bitstring = encode_value(value)
+        with self._lock:
+            self._require_config()
+            self._entities.write(update)
+
+    def read_register(self, name: str, index: int | None = None) -> list[int]:
+        """The cells of register `name` (one, or all when `index` is None), unsigned."""
+        query = p4rt.Entity()
+        query.register_entry.CopyFrom(self._register_query(name, index))
+        with self._lock:
+            self._require_config()
+            entities = list(self._entities.read(query))
+        return [int.from_bytes(e.register_entry.data.bitstring, "big") for e in entities]
+
+    def _register_query(self, name: str, index: int | None) -> p4rt.RegisterEntry:
+        ids = {r.preamble.name: r.preamble.id for r in self._expected.registers}
+        if name not in ids:
+            raise EntityError(code_pb2.NOT_FOUND, f"no register named {name!r}")
+        entry = p4rt.RegisterEntry(register_id=ids[name])
+        if index is not None:
+            entry.index.index = index
+        return entry
+
+    def _require_config(self) -> None:
+        if self._config is None:
+            raise EntityError(code_pb2.FAILED_PRECONDITION, "no pipeline is set")
 
     # ------------------------------------------------------------------ RPCs
 
@@ -173,6 +221,8 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):  # type: ignore[mi
             self._check_primary(request.election_id, context)
             for update in request.updates:
                 try:
+                    if not self.serve_registers and update.entity.HasField("register_entry"):
+                        raise EntityError(code_pb2.UNIMPLEMENTED, PI_WRITES_REFUSED)
                     self._entities.write(update)
                     errors.append(p4rt.Error(canonical_code=code_pb2.OK))
                 except EntityError as exc:
@@ -197,6 +247,11 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):  # type: ignore[mi
     ) -> Iterator[p4rt.ReadResponse]:
         self._check_device(request.device_id, context)
         self._check_pipeline(context)
+        config = self._config
+        if self.needs_device_config and config is not None and not config.p4_device_config:
+            _abort(context, grpc.StatusCode.UNKNOWN, "Error when reading table entries from target")
+        if not self.serve_registers and any(q.HasField("register_entry") for q in request.entities):
+            _abort(context, grpc.StatusCode.UNIMPLEMENTED, PI_READS_REFUSED)
         # Batched into one repeated-field copy per reply: a copy per entity costs a third of
         # the time of building the entities.
         batch: list[p4rt.Entity] = []

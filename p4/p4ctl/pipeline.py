@@ -243,7 +243,7 @@ class Pipeline:
     def reset(self) -> None:
         """Empty every table, free every aggregator and zero the counters (a new pipeline)."""
         fresh = Registers(self.aggregators, self.lanes, arrays=self.registers.arrays)
-        for name in (*Registers.SCALAR_ARRAYS, "job_priority", "agg_lanes"):
+        for name in (*Registers.SCALAR_ARRAYS, "agg_lanes"):
             # In place: the compiled pass holds views of these very arrays.
             getattr(self.registers, name)[:] = getattr(fresh, name)
         for table in (self.jobs, self.sources, self.endpoints, self.groups):

@@ -29,7 +29,6 @@ import numpy as np
 import numpy.typing as npt
 
 from p4ctl.protocol import (
-    MAX_JOBS,
     PS_WORKER_ID,
     AggState,
     DropReason,
@@ -64,7 +63,9 @@ class JobConfig:
 
     `part_base`/`part_size` describe a static job's partition: `part_size` slots of two copies
     each, so aggregators ``part_base .. part_base + 2 * part_size - 1``. `part_size` is a power
-    of two (`static_index`); the other policies ignore both.
+    of two (`static_index`); the other policies ignore both. `priority` is the job's level,
+    set by the scheduler only (a MODIFY of the entry): esa preempts a partial sum claimed at a
+    lower level; higher wins.
     """
 
     job_id: int
@@ -74,6 +75,7 @@ class JobConfig:
     part_size: int = 0
     mcast_group: int = 0
     ps_port: int = 0
+    priority: int = 0
 
 
 # One register or counter array: a list on the Python data path, int64 numpy on the compiled one.
@@ -87,7 +89,9 @@ class Registers:
     cells are an order of magnitude cheaper than numpy scalars); with `arrays` they are int64
     numpy arrays, which the compiled packet pass (``p4ctl.engine``) reads and writes in
     place. Lanes are one ``(aggregators, k)`` int32 array either way, which the P4 program
-    splits into k arrays ``agg_lane_0 .. agg_lane_{k-1}``.
+    splits into k arrays ``agg_lane_0 .. agg_lane_{k-1}``. A job's priority is no register:
+    it is data of the job's table entry (`JobConfig.priority`), which every P4Runtime target
+    can write.
     """
 
     SCALAR_ARRAYS = (
@@ -107,11 +111,8 @@ class Registers:
     agg_count: Cells
     agg_exponent: Cells
     agg_priority: Cells
-    job_priority: Cells
 
-    def __init__(
-        self, aggregators: int, lanes: int, max_jobs: int = MAX_JOBS, *, arrays: bool = False
-    ) -> None:
+    def __init__(self, aggregators: int, lanes: int, *, arrays: bool = False) -> None:
         if aggregators <= 0:
             raise ValueError(f"aggregators must be positive, got {aggregators}")
         self.aggregators = aggregators
@@ -120,7 +121,6 @@ class Registers:
         for name in self.SCALAR_ARRAYS:
             setattr(self, name, np.zeros(aggregators, np.int64) if arrays else [0] * aggregators)
         self.agg_lanes = np.zeros((aggregators, lanes), dtype=np.int32)
-        self.job_priority = np.zeros(max_jobs, np.int64) if arrays else [0] * max_jobs
 
     def free(self, index: int) -> None:
         """Return aggregator `index` to the pool (lanes are overwritten on the next claim)."""
@@ -494,7 +494,7 @@ def _shared(
         return Verdict(Outcome.RESEND_TO_PS, (_to_ps(cfg, pkt, _BYPASSED),))
     if flags & _RAW_FLOAT:
         return Verdict(Outcome.RAW_BYPASS, (_to_ps(cfg, pkt, _BYPASSED),))
-    priority = regs.job_priority[pkt.job]
+    priority = cfg.priority
     if state == _FREE or (esa and state == _COMPLETE):
         _claim(regs, i, pkt, priority)
         if cfg.fan_in == 1:

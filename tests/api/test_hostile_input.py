@@ -1,7 +1,7 @@
-"""Bad input never breaks a job or the service (issue 18, items 7-10 and 13), over HTTP against
-the real service: joins that would make the switch reflect results elsewhere, lone surrogates,
-counters past 64 bits, a job's size given twice, loose types, oversized bodies, a reused
-Idempotency-Key, and a worker's failure message naming the user's job id."""
+"""Bad input never breaks a job or the service, over HTTP against the real service: joins that
+would make the switch reflect results elsewhere, lone surrogates, counters past 64 bits, a
+job's size given twice, loose types, oversized bodies, a reused Idempotency-Key, a worker's
+failure message naming the user's job id, and progress the switch did not count."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 from api.schemas import MAX_WORKER_BYTES
 from api.settings import Settings
 from scheduler.workload import model_table
-from tests.api.conftest import Api, make_api
+from tests.api.conftest import Api, make_api, wait_for
 
 JobBody = dict[str, object]
 
@@ -293,3 +293,44 @@ def test_a_worker_sends_the_jobs_size_not_its_models(
     with caplog.at_level(logging.INFO, logger="workers.worker"):
         assert main(["--config", str(config), "--timeout", "0.3"]) == EXIT_TIMEOUT
     assert "of GoogLeNet (256 floats" in caplog.text, caplog.text
+
+
+# ------------------------------------------- priorities come from what the switch counted
+
+
+@pytest.fixture
+def counted(settings: Settings) -> Iterator[Api]:
+    # A data plane address: the service holds progress reports to the switch's counters.
+    update = {"switch_data": "127.0.0.1:1", "policy": "esa", "priority": "srtf"}
+    yield from make_api(settings.model_copy(update=update))
+
+
+def test_progress_the_switch_did_not_count_does_not_raise_a_jobs_priority(counted: Api) -> None:
+    # 4096 bytes in fragments of 64 lanes: 16 packets per iteration of the one worker.
+    honest = counted.submit(n_workers=1, iterations=1000, gradient_bytes=4096)
+    gamer = counted.submit(n_workers=1, iterations=1000, gradient_bytes=4096)
+    packets = counted.switch.pipeline.job_packets["job_aggregated"]
+    for job, port, counted_iterations, claimed in (
+        (honest, 29001, 500, 500),
+        (gamer, 29002, 10, 999),
+    ):
+        sid = _join(counted, job, "127.0.0.1", port).json()["switch_job_id"]
+        packets[sid] = 16 * counted_iterations
+        report = _progress(counted, job, 0, iterations_done=claimed, bytes_switch=claimed * 4096)
+        assert report.status_code == 200, report.text
+
+    def level(job: JobBody) -> int:
+        shown = counted.client.get(f"/jobs/{job['id']}", headers=counted.auth()).json()
+        return int(shown["priority_level"])
+
+    # srtf: the gamer claims 1 iteration left, the switch counted 990 left; the honest job has
+    # 500 left, so it ranks above.
+    wait_for(lambda: level(honest) > level(gamer), "the honest job to rank above the gamer")
+
+    def flagged() -> bool:
+        text = counted.client.get("/metrics").text
+        return "inasched_unsupported_progress_total 1\n" in text
+
+    wait_for(flagged, "the capped report on /metrics")
+    # The honest job's report matched its counters: it is never flagged.
+    assert level(honest) > level(gamer)

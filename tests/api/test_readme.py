@@ -9,7 +9,7 @@ from pathlib import Path
 from api.settings import Settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-ROW = re.compile(r"^\| (`INASCHED_[A-Z_]+`(?:, `INASCHED_[A-Z_]+`)*) \| ([^|]*) \|", re.M)
+ROW = re.compile(r"^\| (`INASCHED_[A-Z0-9_]+`(?:, `INASCHED_[A-Z0-9_]+`)*) \| ([^|]*) \|", re.M)
 
 
 def _settings_table() -> dict[str, str]:
@@ -18,7 +18,7 @@ def _settings_table() -> dict[str, str]:
     table = section.split("\n\n| variable | read by |", 1)[0]
     rows: dict[str, str] = {}
     for names, default in ROW.findall(table):
-        variables = re.findall(r"INASCHED_[A-Z_]+", names)
+        variables = re.findall(r"INASCHED_[A-Z0-9_]+", names)
         defaults = [d.strip().strip("`") for d in default.split(",")]
         for i, variable in enumerate(variables):
             rows[variable] = defaults[i] if len(defaults) == len(variables) else default.strip()

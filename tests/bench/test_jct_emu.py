@@ -132,6 +132,6 @@ def test_dataplane_counters_take_each_jobs_latest_sample_and_survive_id_reuse() 
 @pytest.mark.parametrize(("policy", "share"), [("static", 0.6), ("atp", 0.5), ("esa", 0.2)])
 def test_utilisation_counts_what_another_job_cannot_claim(policy: str, share: float) -> None:
     util: list[tuple[float, float]] = []
-    occupied = emu.OCCUPANCY_STATES[policy]
+    occupied = emu.occupancy_states(policy)
     emu._sample_switch(_Http(), util, 0.0, occupied, {})  # type: ignore[arg-type]
     assert util[0][1] == pytest.approx(share)

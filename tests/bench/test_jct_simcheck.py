@@ -1,4 +1,4 @@
-"""A --sim report's own validation (issue 24): the slice, the gaps, and the warning on top."""
+"""A --sim report's own validation: the slice, the gaps, and the warning on top."""
 
 from __future__ import annotations
 

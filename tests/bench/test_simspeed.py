@@ -1,4 +1,4 @@
-"""bench.simspeed --validate-only: the light and issue 24's families side by side."""
+"""bench.simspeed --validate-only: the light and the contended families side by side."""
 
 from __future__ import annotations
 

@@ -26,11 +26,16 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from p4ctl import build
 from p4ctl.protocol import PS_WORKER_ID, Flag, Kind, Packet, encode
+from p4ctl.register_access import RegisterAccess, ThriftRegisters
 from p4ctl.rule import COUNTERS, Outcome
 
 SIZING = build.read_sizing()
 SWITCH_ADDR = "10.77.255.1"
 GRPC_ADDR = "127.0.0.1:29559"
+# BMv2's own Thrift runtime: PI's P4Runtime server refuses register reads and writes.
+THRIFT_PORT = 29090
+THRIFT_ADDR = f"127.0.0.1:{THRIFT_PORT}"
+POLICIES = {"static": 0, "atp": 1, "esa": 2}
 SETTLE_S = 0.4  # BMv2 forwards in well under this; recirculated packets included
 # The vectors' outcome for a packet a check of PROTOCOL.md section 4 drops: no case of the rule
 # ran, so it has no `Outcome` member (p4/vectors/README.md).
@@ -159,10 +164,20 @@ def counted(outcome: str | None) -> tuple[str, ...]:
 
 
 class Switch:
-    """One P4Runtime connection to simple_switch_grpc, as primary controller."""
+    """One P4Runtime connection to simple_switch_grpc, as primary controller.
+
+    Tables, groups, the clone session and the jobs' priorities (``job_table`` data) are
+    written over P4Runtime, counters read over it. Registers go over P4Runtime where the
+    target serves them (the soft switch), else over BMv2's Thrift runtime at `thrift`, as
+    `p4ctl.client.SwitchClient` chooses (`registers`).
+    """
 
     def __init__(
-        self, info: p4info_pb2.P4Info, config_json: bytes, address: str = GRPC_ADDR
+        self,
+        info: p4info_pb2.P4Info,
+        config_json: bytes,
+        address: str = GRPC_ADDR,
+        thrift: str = THRIFT_ADDR,
     ) -> None:
         self.info = info
         self.channel = grpc.insecure_channel(address)
@@ -189,6 +204,17 @@ class Switch:
             for group in (info.tables, info.actions, info.registers, info.counters)
             for e in group
         }
+        self.sizes = {r.preamble.name: r.size for r in info.registers}
+        self.registers: RegisterAccess = self
+        probe = p4runtime_pb2.Entity()
+        probe.register_entry.register_id = self.ids["agg_state"]
+        probe.register_entry.index.index = 0
+        try:
+            self.read(probe)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            self.registers = ThriftRegisters(thrift, self.sizes)
 
     def _held_open(self) -> Iterator[p4runtime_pb2.StreamMessageRequest]:
         """Sends nothing; ends the stream when the switch is closed."""
@@ -196,6 +222,8 @@ class Switch:
         yield from ()
 
     def close(self) -> None:
+        if isinstance(self.registers, ThriftRegisters):
+            self.registers.close()
         self._closed.set()
         self.channel.close()
 
@@ -234,16 +262,40 @@ class Switch:
             entry.action.action.params.add(param_id=pid, value=_bytes(value))
         return entity
 
-    def register(self, name: str, index: int, value: int | None = None) -> int:
+    def job_entry(self, job_id: int, job: dict[str, Any]) -> p4runtime_pb2.Entity:
+        """The ``job_table`` entry of a vector's job, its priority one of the parameters."""
+        params = [POLICIES[job["policy"]], job["fan_in"], job.get("part_base", 0),
+                  job.get("part_size", 0), job["mcast_group"], job["ps_port"],
+                  job.get("priority", 0)]  # fmt: skip
+        return self.entry("job_table", [job_id], "set_job", params)
+
+    def set_priority(self, job_id: int, job: dict[str, Any], level: int) -> None:
+        """A vector's ``set_priority`` step: MODIFY the job's entry, as the scheduler does."""
+        job["priority"] = level
+        self.modify(self.job_entry(job_id, job))
+
+    def register(self, name: str, index: int) -> int:
+        """One cell of register `name`, read through `registers`."""
+        return self.registers.read_all(name)[index]
+
+    def read_all(self, name: str) -> list[int]:
+        """`RegisterAccess` over P4Runtime: one wildcard read of the array."""
         entity = p4runtime_pb2.Entity()
         entity.register_entry.register_id = self.ids[name]
-        entity.register_entry.index.index = index
-        if value is not None:
+        values = [0] * self.sizes[name]
+        for got in self.read(entity):
+            cell = got.register_entry
+            values[cell.index.index] = int.from_bytes(cell.data.bitstring, "big")
+        return values
+
+    def write_cells(self, cells: list[tuple[str, int, int]]) -> None:
+        """`RegisterAccess` over P4Runtime: one MODIFY per cell."""
+        for name, index, value in cells:
+            entity = p4runtime_pb2.Entity()
+            entity.register_entry.register_id = self.ids[name]
+            entity.register_entry.index.index = index
             entity.register_entry.data.bitstring = _bytes(value)
             self.modify(entity)
-            return value
-        (got,) = self.read(entity)
-        return int.from_bytes(got.register_entry.data.bitstring, "big")
 
     def counter(self, name: str, index: int) -> int:
         entity = p4runtime_pb2.Entity()
@@ -296,6 +348,7 @@ def testbed(ports: list[int], tmp: Path) -> Iterator[dict[int, socket.socket]]:
                 sock.setblocking(False)
             sockets[port] = sock
         args = ["simple_switch_grpc", "--no-p4", "--log-file", str(tmp / "bmv2")]
+        args += ["--thrift-port", str(THRIFT_PORT)]
         for port in ports:
             args += ["-i", f"{port}@inas{port}"]
         args += ["--", "--grpc-server-addr", GRPC_ADDR]
@@ -313,15 +366,10 @@ def testbed(ports: list[int], tmp: Path) -> Iterator[dict[int, socket.socket]]:
 
 
 def program(sw: Switch, jobs: dict[int, dict[str, Any]]) -> None:
-    policies = {"static": 0, "atp": 1, "esa": 2}
     entities = []
     for job_id, job in jobs.items():
         ps_port = job["ps_port"]
-        entities.append(sw.entry(
-            "job_table", [job_id], "set_job",
-            [policies[job["policy"]], job["fan_in"], job.get("part_base", 0),
-             job.get("part_size", 0), job["mcast_group"], ps_port],
-        ))  # fmt: skip
+        entities.append(sw.job_entry(job_id, job))
         members = {int(w): p for w, p in job["workers"].items()} | {PS_WORKER_ID: ps_port}
         for worker, port in members.items():
             host, udp = host_addr(port, worker)
@@ -349,8 +397,6 @@ def program(sw: Switch, jobs: dict[int, dict[str, Any]]) -> None:
     session.replicas.add(egress_port=min(endpoints), instance=0)
     entities.append(clone)
     sw.write(*entities)
-    for job_id, job in jobs.items():
-        sw.register("job_priority", job_id, job.get("priority", 0))
 
 
 def _ipv4(host: str) -> int:

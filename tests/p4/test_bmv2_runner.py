@@ -114,9 +114,33 @@ def test_switch_connection_takes_the_primary_role_programs_and_reads_back(
     jobs = {job["job"]: job for job in vector["jobs"]}
     info = build_p4info(Sizing(soft_switch.aggregators, soft_switch.lanes))
     with runner.Switch(info, b"", address=soft_switch.p4runtime_address) as sw:
+        assert sw.registers is sw
         runner.program(sw, jobs)
         job = next(iter(jobs))
-        assert sw.register("job_priority", job) == jobs[job].get("priority", 0)
-        sw.register("job_priority", job, 3)
-        assert sw.register("job_priority", job) == 3
+        pipe = soft_switch.pipeline
+        assert pipe.jobs[job].priority == jobs[job].get("priority", 0)
+        sw.set_priority(job, jobs[job], 3)
+        assert pipe.jobs[job].priority == 3
+        sw.registers.write_cells([("agg_seq", 2, 77)])
+        assert sw.register("agg_seq", 2) == 77
         assert sw.counter("job_aggregated", job) == 0
+
+
+def test_switch_connection_reads_registers_over_thrift_where_p4runtime_refuses_them() -> None:
+    # As simple_switch_grpc: PI refuses RegisterEntry, BMv2's Thrift runtime serves registers.
+    pytest.importorskip("bm_runtime.standard")
+    vector = json.loads((build.P4_DIR / "vectors" / "esa.json").read_text())
+    jobs = {job["job"]: job for job in vector["jobs"]}
+    refusing = SoftSwitch(aggregators=64, lanes=64, serve_registers=False, thrift=("127.0.0.1", 0))
+    with refusing:
+        info = build_p4info(Sizing(refusing.aggregators, refusing.lanes))
+        with runner.Switch(
+            info, b"", address=refusing.p4runtime_address, thrift=refusing.thrift_address
+        ) as sw:
+            assert sw.registers is not sw
+            runner.program(sw, jobs)
+            job = next(iter(jobs))
+            sw.set_priority(job, jobs[job], 9)
+            assert refusing.pipeline.jobs[job].priority == 9
+            refusing.pipeline.registers.agg_exponent[3] = -2
+            assert sw.register("agg_exponent", 3) == 0xFE

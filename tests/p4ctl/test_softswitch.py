@@ -47,13 +47,13 @@ def test_shell_client_sets_pipeline_and_round_trips_entities(soft_switch: SoftSw
         _set_pipeline(shell)
         assert shell.get_p4info() == INFO
         # A register cell.
-        _write(shell, NAMES.register_entry("job_priority", 7, 9), p4rt.Update.MODIFY)
+        _write(shell, NAMES.register_entry("agg_count", 7, 9), p4rt.Update.MODIFY)
         query = p4rt.Entity()
-        query.register_entry.register_id = NAMES.register_id["job_priority"]
+        query.register_entry.register_id = NAMES.register_id["agg_count"]
         query.register_entry.index.index = 7
         (cell,) = _read(shell, query)
         assert cell.register_entry.data.bitstring == b"\x09"
-        assert soft_switch.pipeline.registers.job_priority[7] == 9
+        assert soft_switch.pipeline.registers.agg_count[7] == 9
         # A table entry, read back exactly.
         entry = NAMES.table_entry(
             "port_table",
@@ -174,12 +174,12 @@ def test_lower_election_id_cannot_write(soft_switch: SoftSwitch) -> None:
     try:
         _set_pipeline(primary)
         with pytest.raises(grpc.RpcError) as denied:
-            _write(backup, NAMES.register_entry("job_priority", 1, 1), p4rt.Update.MODIFY)
+            _write(backup, NAMES.register_entry("agg_count", 1, 1), p4rt.Update.MODIFY)
         assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
         with pytest.raises(grpc.RpcError) as denied:
             _set_pipeline(backup)
         assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
-        _write(primary, NAMES.register_entry("job_priority", 1, 1), p4rt.Update.MODIFY)
+        _write(primary, NAMES.register_entry("agg_count", 1, 1), p4rt.Update.MODIFY)
     finally:
         backup.tear_down()
         primary.tear_down()
@@ -193,7 +193,7 @@ def test_backup_becomes_primary_when_the_primary_leaves(soft_switch: SoftSwitch)
         primary.tear_down()
         update = backup.get_stream_packet("arbitration", timeout=10)
         assert update is not None and update.arbitration.status.code == 0
-        _write(backup, NAMES.register_entry("job_priority", 1, 1), p4rt.Update.MODIFY)
+        _write(backup, NAMES.register_entry("agg_count", 1, 1), p4rt.Update.MODIFY)
     finally:
         backup.tear_down()
 

@@ -81,7 +81,7 @@ def test_soft_switch_refuses_a_static_job_entry_that_is_not_a_power_of_two(
         request.config.p4info.CopyFrom(info)
         shell.stub.SetForwardingPipelineConfig(request)
         params = {"policy": int(Policy.STATIC), "fan_in": 2, "part_base": 0, "part_size": 24}
-        params |= {"mcast_group": 2, "ps_port": 9}
+        params |= {"mcast_group": 2, "ps_port": 9, "priority": 0}
         write = p4rt.WriteRequest(device_id=0)
         write.election_id.low = 1
         write.updates.add(

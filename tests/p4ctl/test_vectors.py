@@ -22,7 +22,7 @@ from p4ctl.protocol import (
     decode,
     encode,
 )
-from p4ctl.rule import Registers, ToGroup, check, process, static_index
+from p4ctl.rule import JobConfig, Registers, ToGroup, check, process, static_index
 from p4ctl.softswitch import SoftSwitch
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
@@ -36,6 +36,7 @@ from .vectors import (
     matches,
     packet_fields,
     sender,
+    with_priority,
 )
 
 VECTORS = all_vectors()
@@ -97,11 +98,9 @@ def test_vectors_drop_a_wrong_slot_inside_the_copy_the_shadow_bit_names() -> Non
 @pytest.mark.parametrize("vector", VECTORS, ids=lambda v: v.name)
 def test_rule_replays_vector(vector: Vector) -> None:
     regs = Registers(vector.aggregators, vector.lanes)
-    for job, level in vector.priorities.items():
-        regs.job_priority[job] = level
     for step in vector.steps:
         if "set_priority" in step:
-            regs.job_priority[step["set_priority"]["job"]] = step["set_priority"]["level"]
+            vector = with_priority(vector, step["set_priority"])
             continue
         before = [aggregator_state(regs, i) for i in range(vector.aggregators)]
         outcome, outputs = _rule_step(vector, regs, step)
@@ -146,6 +145,19 @@ def _rule_step(
 # ---------------------------------------------------------------------------- over UDP
 
 PROBE_JOB, PROBE_PORT, PROBE_GROUP = 1000, 500, 1001
+
+
+def _params(cfg: JobConfig) -> dict[str, int]:
+    """The ``set_job`` parameters of `cfg`'s ``job_table`` entry."""
+    return {
+        "policy": int(cfg.policy),
+        "fan_in": cfg.fan_in,
+        "part_base": cfg.part_base,
+        "part_size": cfg.part_size,
+        "mcast_group": cfg.mcast_group,
+        "ps_port": cfg.ps_port,
+        "priority": cfg.priority,
+    }
 
 
 class Harness:
@@ -202,25 +214,11 @@ class Harness:
             )
             match = {"job": job, "worker": worker, "src_addr": addr_int(host), "src_port": udp_port}
             entities.append(n.table_entry("worker_table", match, "allow_source", {"port": port}))
-        params = {
-            "policy": int(Policy.STATIC),
-            "fan_in": 1,
-            "part_base": 0,
-            "part_size": 1,
-            "mcast_group": PROBE_GROUP,
-            "ps_port": PROBE_PORT,
-        }
-        entities.append(n.table_entry("job_table", {"job": PROBE_JOB}, "set_job", params))
-        for cfg in jobs.values():
-            params = {
-                "policy": int(cfg.policy),
-                "fan_in": cfg.fan_in,
-                "part_base": cfg.part_base,
-                "part_size": cfg.part_size,
-                "mcast_group": cfg.mcast_group,
-                "ps_port": cfg.ps_port,
-            }
-            entities.append(n.table_entry("job_table", {"job": cfg.job_id}, "set_job", params))
+        probe = JobConfig(PROBE_JOB, Policy.STATIC, 1, 0, 1, PROBE_GROUP, PROBE_PORT)
+        for cfg in (probe, *jobs.values()):
+            entities.append(
+                n.table_entry("job_table", {"job": cfg.job_id}, "set_job", _params(cfg))
+            )
         groups = {PROBE_GROUP: [PROBE_PORT]}
         for cfg in jobs.values():
             groups[cfg.mcast_group] = sorted(
@@ -234,16 +232,13 @@ class Harness:
                 group.replicas.add(egress_port=port)
             entities.append(entity)
         self.write(entities)
-        self.write(
-            [
-                n.register_entry("job_priority", job, level)
-                for job, level in self.vector.priorities.items()
-            ],
-            p4rt.Update.MODIFY,
-        )
 
     def set_priority(self, job: int, level: int) -> None:
-        self.write([self.names.register_entry("job_priority", job, level)], p4rt.Update.MODIFY)
+        """MODIFY the job's ``job_table`` entry: the priority is one of its parameters."""
+        self.vector = with_priority(self.vector, {"job": job, "level": level})
+        cfg = self.vector.jobs[job]
+        entry = self.names.table_entry("job_table", {"job": job}, "set_job", _params(cfg))
+        self.write([entry], p4rt.Update.MODIFY)
 
     def send(self, step: dict[str, Any]) -> dict[int, list[bytes]]:
         """Send the step's datagram, then the probe; returns what each port received."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +21,21 @@ class Vector:
     name: str
     aggregators: int
     lanes: int
-    jobs: dict[int, JobConfig]
-    priorities: dict[int, int]
+    jobs: dict[int, JobConfig]  # with each job's priority, a parameter of its entry
     workers: dict[tuple[int, int], int]  # (job, worker) -> switch port; the PS is worker 255
     steps: list[dict[str, Any]]
 
 
+def with_priority(vector: Vector, change: dict[str, int]) -> Vector:
+    """`vector` after a step's ``set_priority``: a MODIFY of the job's ``job_table`` entry."""
+    jobs = dict(vector.jobs)
+    jobs[change["job"]] = replace(jobs[change["job"]], priority=change["level"])
+    return replace(vector, jobs=jobs)
+
+
 def load(path: Path) -> Vector:
     raw = json.loads(path.read_text())
-    jobs, priorities, workers = {}, {}, {}
+    jobs, workers = {}, {}
     for j in raw["jobs"]:
         job = j["job"]
         jobs[job] = JobConfig(
@@ -40,14 +46,12 @@ def load(path: Path) -> Vector:
             j.get("part_size", 0),
             j["mcast_group"],
             j["ps_port"],
+            j.get("priority", 0),
         )
-        priorities[job] = j.get("priority", 0)
         workers[(job, PS_WORKER_ID)] = j["ps_port"]
         for worker, port in j["workers"].items():
             workers[(job, int(worker))] = port
-    return Vector(
-        raw["name"], raw["aggregators"], raw["lanes"], jobs, priorities, workers, raw["steps"]
-    )
+    return Vector(raw["name"], raw["aggregators"], raw["lanes"], jobs, workers, raw["steps"])
 
 
 def all_vectors() -> list[Vector]:

@@ -10,6 +10,7 @@ from scheduler.config import SimConfig
 from scheduler.fluid import comm_rates
 from scheduler.fragsim import simulate_fragments
 from scheduler.memory import Pool
+from scheduler.registry import make_policy
 from scheduler.simulator import simulate
 from scheduler.workload import JobSpec
 
@@ -98,7 +99,7 @@ def test_a_negative_ps_switch_cost_is_refused() -> None:
 @pytest.mark.parametrize("policy", ["static", "atp", "esa"])
 def test_no_job_communicating_is_no_error_on_a_shared_switch(policy: str) -> None:
     # The set of communicating jobs is empty whenever every admitted job is computing.
-    assert comm_rates(replace(SWITCH, policy=policy), []) == {}
+    assert comm_rates(SWITCH, make_policy(policy), []) == {}
 
 
 def test_more_static_jobs_than_partitions_queue_on_a_shared_switch() -> None:

@@ -89,7 +89,7 @@ def test_a_terminal_job_holding_memory_is_reclaimed() -> None:
 
 
 def test_unknown_policy_names_the_known_ones() -> None:
-    with pytest.raises(UnknownName, match="atp, esa, static"):
+    with pytest.raises(UnknownName, match="atp, esa, esa-nopreempt, esa-norelease, static"):
         Scheduler("swapped")
 
 

@@ -6,6 +6,7 @@ from scheduler.config import PER_JOB, SimConfig
 from scheduler.fluid import FlowJob, comm_rates
 from scheduler.fragsim import simulate_fragments
 from scheduler.memory import Pool
+from scheduler.registry import make_policy
 from scheduler.simulator import simulate
 from scheduler.validate import validate
 from scheduler.workload import load_workload
@@ -88,7 +89,7 @@ def test_atp_never_loads_a_ps_process_beyond_its_capacity() -> None:
     jobs = [FlowJob(i, 8, 64 * 256 * 1000, 1e-3) for i in range(12)]
     for processes in (1, 3, PER_JOB):
         cfg = SimConfig(policy="atp", pool=Pool(512), ps_processes=processes)
-        rates = comm_rates(cfg, jobs)
+        rates = comm_rates(cfg, make_policy("atp"), jobs)
         load: dict[int, float] = {}
         for j in jobs:
             load[cfg.ps_of(j.job_id)] = (

@@ -1,4 +1,4 @@
-"""The validation families (issue 24): what each case is, and the fluid model's error on them."""
+"""The validation families: what each case is, and the fluid model's error on them."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 from scheduler.config import PER_JOB, SimConfig
 from scheduler.fluid import FlowJob, comm_rates
 from scheduler.memory import Pool
+from scheduler.registry import make_policy
 from scheduler.simulator import simulate
 from scheduler.validate import (
     BOUND,
@@ -39,7 +40,7 @@ def test_ps_rate_for_a_load_gives_that_load_to_a_lone_streaming_atp_job(load: fl
     window_rate = cfg.window / (cfg.rtt_s + cfg.ps_detour_s)
     assert window_rate * cfg.ps_fragment_s == pytest.approx(load)
     # With its queue, the fluid model's lone job loads its PS a little more, never past it.
-    alone = comm_rates(cfg, [FlowJob(0, 4, 256 * 4096, 0.0)])[0]
+    alone = comm_rates(cfg, make_policy("atp"), [FlowJob(0, 4, 256 * 4096, 0.0)])[0]
     assert load * 0.9 < alone.ps_critical / alone.duty * cfg.ps_fragment_s < 1.0
 
 
@@ -89,8 +90,8 @@ def test_a_lone_esa_job_is_held_by_its_window_as_a_static_one() -> None:
     # per round trip, not at line rate (the fluid model once let esa ignore its window).
     job = FlowJob(0, 4, 256 * 400, 1e-4)
     cfg = SimConfig(pool=Pool(4096), window=16)
-    static = comm_rates(replace(cfg, policy="static"), [job])[0]
-    esa = comm_rates(replace(cfg, policy="esa"), [job])[0]
+    static = comm_rates(cfg, make_policy("static"), [job])[0]
+    esa = comm_rates(cfg, make_policy("esa"), [job])[0]
     assert esa.bypass == 0
     assert esa.t_comm_s == pytest.approx(static.t_comm_s, rel=1e-6)
     assert esa.t_comm_s > 400 * cfg.rtt_s / cfg.window

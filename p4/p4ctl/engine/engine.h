@@ -15,16 +15,17 @@ Py_ssize_t engine_send_burst(int fd, const uint8_t *buf, Py_ssize_t stride,
                              const int64_t *sizes, const int64_t *addrs, const int64_t *order,
                              Py_ssize_t n, int *gso);
 
-/* Columns of one job table row (`p4ctl.engine_state.JOB_COLUMNS`). */
+/* Columns of one job table row (`p4ctl.switch_engine.JOB_COLUMNS`); the job's priority is a
+ * column, as it is a parameter of the P4 program's job_table entry. */
 enum { JOB_VALID, JOB_POLICY, JOB_FAN_IN, JOB_PART_BASE, JOB_PART_SIZE, JOB_MCAST, JOB_PS_PORT,
-       JOB_COLUMNS };
+       JOB_PRIORITY, JOB_COLUMNS };
 
 /* The switch's registers, tables and counters: views of numpy arrays owned by
  * `p4ctl.pipeline.Pipeline`, so the P4Runtime server reads and writes the same cells. */
 typedef struct {
     Py_ssize_t aggregators, k, max_jobs;
     int64_t *agg_job, *agg_seq, *agg_state, *agg_bitmap, *agg_count, *agg_exponent,
-        *agg_priority, *job_priority;
+        *agg_priority;
     int32_t *agg_lanes; /* aggregators x k, native byte order */
     int64_t *job_packets, *job_bytes; /* JOB_COUNTERS x max_jobs */
     int64_t *drop_packets, *drop_bytes;

@@ -149,8 +149,7 @@ fail_rows:
 
 /* ---------------------------------------------------------------------- SwitchEngine */
 
-enum { R_JOB, R_SEQ, R_STATE, R_BITMAP, R_COUNT, R_EXPONENT, R_PRIORITY, R_JOB_PRIORITY,
-       R_LANES, C_JOB_PACKETS, C_JOB_BYTES, C_DROP_PACKETS, C_DROP_BYTES, STATE_VIEWS };
+enum { R_JOB, R_SEQ, R_STATE, R_BITMAP, R_COUNT, R_EXPONENT, R_PRIORITY, R_LANES, C_JOB_PACKETS, C_JOB_BYTES, C_DROP_PACKETS, C_DROP_BYTES, STATE_VIEWS };
 enum { T_JOBS, T_SRC_KEYS, T_SRC_PORTS, T_EP_PORTS, T_EP_ADDRS, T_GRP_IDS, T_GRP_STARTS,
        T_GRP_PORTS, TABLE_VIEWS };
 #define JOB_COUNTER_ROWS 6
@@ -195,7 +194,7 @@ engine_init(SwitchEngine *self, PyObject *args, PyObject *kwargs)
                           &aggregators, &k, &max_jobs))
         return -1;
     if (PyTuple_GET_SIZE(registers) != R_LANES + 1 || PyTuple_GET_SIZE(counters) != 4) {
-        PyErr_SetString(PyExc_ValueError, "registers: 9 arrays; counters: 4 arrays");
+        PyErr_SetString(PyExc_ValueError, "registers: 8 arrays; counters: 4 arrays");
         return -1;
     }
     if (aggregators < 1 || k < 1 || max_jobs < 1 || self->views[0].obj != NULL) {
@@ -204,13 +203,12 @@ engine_init(SwitchEngine *self, PyObject *args, PyObject *kwargs)
     }
     static const char *names[STATE_VIEWS] = {
         "agg_job", "agg_seq", "agg_state", "agg_bitmap", "agg_count", "agg_exponent",
-        "agg_priority", "job_priority", "agg_lanes", "job_packets", "job_bytes", "drop_packets",
+        "agg_priority", "agg_lanes", "job_packets", "job_bytes", "drop_packets",
         "drop_bytes"};
     for (int v = 0; v < STATE_VIEWS; v++) {
         PyObject *obj = v <= R_LANES ? PyTuple_GET_ITEM(registers, v)
                                      : PyTuple_GET_ITEM(counters, v - C_JOB_PACKETS);
-        Py_ssize_t count = v == R_JOB_PRIORITY ? max_jobs
-                         : v == R_LANES        ? aggregators * k
+        Py_ssize_t count = v == R_LANES ? aggregators * k
                          : v == C_JOB_PACKETS || v == C_JOB_BYTES ? JOB_COUNTER_ROWS * max_jobs
                          : v >= C_DROP_PACKETS ? DROP_REASONS
                                                : aggregators;
@@ -226,7 +224,7 @@ engine_init(SwitchEngine *self, PyObject *args, PyObject *kwargs)
     s->k = k;
     s->max_jobs = max_jobs;
     int64_t **regs[] = {&s->agg_job, &s->agg_seq, &s->agg_state, &s->agg_bitmap, &s->agg_count,
-                        &s->agg_exponent, &s->agg_priority, &s->job_priority};
+                        &s->agg_exponent, &s->agg_priority};
     for (int v = 0; v < R_LANES; v++)
         *regs[v] = self->views[v].buf;
     s->agg_lanes = self->views[R_LANES].buf;

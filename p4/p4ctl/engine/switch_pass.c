@@ -46,7 +46,7 @@ typedef struct {
 } Packet;
 
 typedef struct {
-    int64_t valid, policy, fan_in, part_base, part_size, mcast_group, ps_port;
+    int64_t valid, policy, fan_in, part_base, part_size, mcast_group, ps_port, priority;
 } JobConfig;
 
 /* One pass: the state, the packet, and where its outputs go. */
@@ -94,6 +94,7 @@ lookup_job(SwitchState *s, int job, JobConfig *cfg)
     cfg->part_size = row[JOB_PART_SIZE];
     cfg->mcast_group = row[JOB_MCAST];
     cfg->ps_port = row[JOB_PS_PORT];
+    cfg->priority = row[JOB_PRIORITY];
     return cfg->valid != 0;
 }
 
@@ -396,7 +397,7 @@ shared_rule(Pass *p, int *evicted_job)
         to_ps(p, BYPASSED);
         return RAW_BYPASS;
     }
-    int64_t priority = s->job_priority[pkt->job];
+    int64_t priority = p->cfg.priority;
     if (state == FREE || (esa && state == COMPLETE)) {
         claim(s, i, pkt, priority);
         if (p->cfg.fan_in == 1) {
