@@ -76,9 +76,11 @@ def switch_view(
     counters: Counters,
     drops: Mapping[str, int],
     owners: Mapping[int, int],
+    unavailable: str = "",
 ) -> SwitchPublic:
     """The `/switch` view with the service's job ids: runs ``[start, length, job_id, state]``
-    (-1 for aggregators of a switch job id the service does not know) and counters by job."""
+    (-1 for aggregators of a switch job id the service does not know) and counters by job;
+    `unavailable` says why occupancy could not be read (`p4ctl.backend.Occupancy`)."""
     return SwitchPublic(
         aggregators=pool.aggregators,
         lanes=pool.lanes,
@@ -87,6 +89,7 @@ def switch_view(
             jobs={str(owners[sid]): dict(c) for sid, c in counters.items() if sid in owners},
             drops=dict(drops),
         ),
+        unavailable=unavailable,
     )
 
 
@@ -124,6 +127,7 @@ def tenant_switch_view(view: SwitchPublic, mine: Collection[int]) -> SwitchPubli
         lanes=view.lanes,
         runs=runs,
         counters=SwitchCountersPublic(jobs=jobs, drops=dict(view.counters.drops)),
+        unavailable=view.unavailable,
     )
 
 

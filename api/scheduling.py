@@ -108,6 +108,7 @@ class Coordinator:
         self.counters: dict[int, dict[str, int]] = {}
         self.drops: dict[str, int] = {}
         self.occupancy_runs: list[tuple[int, int, int, int]] = []
+        self.occupancy_unavailable = ""  # why occupancy is unknown (no register access)
         self._settled: dict[int, dict[str, int]] = {}
         # Seconds each job has spent hindered (bypassed, evicted): the priority's aging input.
         # Kept in memory: after a restart every job starts unhindered, which only delays aging.
@@ -449,6 +450,7 @@ class Coordinator:
         self._read_counters()
         owners = dict(self.owners)
         self.occupancy_runs = occupancy.runs()
+        self.occupancy_unavailable = occupancy.unavailable
         view = self.switch_public(owners)
         if publish:
             self.events.publish(Event("switch", view.model_dump(mode="json")))
@@ -462,6 +464,7 @@ class Coordinator:
             self.counters,
             self.drops,
             dict(self.owners) if owners is None else owners,
+            self.occupancy_unavailable,
         )
 
     def switch_payload(self) -> dict[str, object]:

@@ -328,6 +328,11 @@ class SwitchPublic(BaseModel):
         description="[start, length, job_id, state] over non-free aggregators"
     )
     counters: SwitchCountersPublic
+    unavailable: str = Field(
+        "",
+        description="why the switch's occupancy is unknown (it serves no register reads: "
+        "runs is empty, which does not mean free); empty when it was read",
+    )
 
 
 class BenchRunCreate(BaseModel):

@@ -149,7 +149,7 @@ SOURCES: dict[str, str] = {
         "5.1 us = 187 fragments, so atp is also window-bound, as ATP's design is"
     ),
     "priority": "shortest remaining work first, the scheduler's default (scheduler.priority)",
-    "levels": "a 4-bit job_priority register: 16 levels (scheduler.priority.DEFAULT_LEVELS)",
+    "levels": "a job_table entry's priority: 16 levels (scheduler.priority.DEFAULT_LEVELS)",
     "aging_s": "scheduler.priority.DEFAULT_AGING_S: one level per 60 s spent bypassed/evicted",
     "load": "arrival-rate multiplier; 1.0 = the workload's own arrival times, unchanged",
     "job_setup_s": (

@@ -18,7 +18,7 @@ to a `JobStore` and a ``p4ctl`` `SwitchBackend`; the service and both simulators
   every partition in use); reserve it (`MemoryMap.reserve` / ``reserve_shared``).
 - ``Queue(job_id, reason)``: stays queued (expected "no room"; not an error).
 - ``Reject(job_id, reason)``: job -> failed; show `reason` to the user.
-- ``SetPriority(job_id, level)``: write ``job_priority[job] = level`` (higher wins).
+- ``SetPriority(job_id, level)``: the job's ``job_table`` priority := ``level`` (higher wins).
 - ``Reclaim(job_id, partition)``: free the job's memory and its switch job id; idempotent.
 
 ``sched.aggregator_params(job_view) -> AggregatorParams`` is what a joining worker needs

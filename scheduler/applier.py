@@ -14,7 +14,7 @@ What each decision does (``scheduler/__init__.py`` lists the decisions):
   reason (an expected "no room", not an error).
 - ``Queue``: the job keeps waiting; its reason is updated.
 - ``Reject``: the job fails with the reason.
-- ``SetPriority``: ``job_priority[switch job id] = level``.
+- ``SetPriority``: the priority of the job's ``job_table`` entry becomes ``level`` (a MODIFY).
 - ``Reclaim``: release the job's memory and switch job id (idempotent).
 """
 
@@ -120,7 +120,7 @@ class JobStore(Protocol):
         """Record the job's placement, or (None) that it holds no switch state any more."""
 
     def set_priority(self, job_id: int, level: int, *, now: float) -> None:
-        """Record the level now in the switch's ``job_priority`` for the job."""
+        """Record the level now in the job's ``job_table`` entry on the switch."""
 
 
 class SwitchIds:

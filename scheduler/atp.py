@@ -4,7 +4,7 @@ serves fragments first come first served and sends losers to the job's PS.
 Admission does not wait for room: the shared pool degrades (more bypass) instead of refusing.
 It only waits while static partitions left from an earlier policy leave no shared pool at all
 (`Policy.admit_shared`). No
-priorities are set; the switch's ``job_priority`` stays 0 for every job.
+priorities are set; the priority in each job's ``job_table`` entry stays 0.
 """
 
 from __future__ import annotations

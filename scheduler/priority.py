@@ -2,8 +2,9 @@
 
 A priority function orders jobs: `key` returns a number, smaller means served first. `levels`
 turns the order of the active jobs into switch levels ``0 .. levels-1`` where a HIGHER level
-wins, since the switch preempts when ``job_priority[new] > agg_priority[held]``. Ranks are
-spread evenly over the levels, so with no more jobs than levels every job has its own level.
+wins, since the switch preempts when the new job's ``job_table`` priority >
+``agg_priority[held]``. Ranks are spread evenly over the levels, so with no more jobs than
+levels every job has its own level.
 
 Aging: every `aging_s` seconds a job spends bypassed or evicted since its last progress mark
 (``JobView.starved_s``; the simulators reset it each time the job completes another

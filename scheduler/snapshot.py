@@ -124,7 +124,7 @@ class Reject:
 
 @dataclass(frozen=True, slots=True)
 class SetPriority:
-    """Write `level` into the switch's ``job_priority[job]`` (higher wins)."""
+    """Write `level` into the priority of the job's ``job_table`` entry (higher wins)."""
 
     job_id: int
     level: int

@@ -116,8 +116,10 @@ def test_service_schedules_on_a_switch_that_refuses_registers(
         runs = view.json()["runs"]
         if thrift:
             assert runs == [[index, 1, jobs[0]["id"], AggState.PARTIAL]]
+            assert view.json()["unavailable"] == ""
         else:
             assert runs == []
+            assert PI_READS_REFUSED in view.json()["unavailable"]  # what the dashboard shows
             said = [r.getMessage() for r in caplog.records]
             assert any(PI_READS_REFUSED in m and "occupancy" in m for m in said), said
         for job in jobs:

@@ -16,6 +16,7 @@ export class Heatmap {
     this.legendJobs = root.querySelector("#legend-jobs");
     this.legendStates = root.querySelector("#legend-states");
     this.summary = root.querySelector("#switch-summary");
+    this.unavailable = root.querySelector("#switch-unavailable");
     this.counterEls = {
       used: root.querySelector("#c-used"),
       preemptions: root.querySelector("#c-preemptions"),
@@ -142,8 +143,16 @@ export class Heatmap {
     const totals = this.totals(snap);
     const prev = this.previous;
     const dt = prev ? (now - prev.at) / 1000 : 0;
-    this.counterEls.used.textContent = `${count(used)} / ${count(snap.aggregators)}`;
-    this.counterEls.used.title = `${pct(used / snap.aggregators)} of the pool`;
+    // A switch that serves no register reads: no run is known, which is not "all free".
+    this.unavailable.hidden = !snap.unavailable;
+    this.unavailable.textContent = snap.unavailable
+      ? `Occupancy cannot be shown: ${snap.unavailable}. Counters still count.`
+      : "";
+    this.canvas.parentElement.hidden = Boolean(snap.unavailable); // no grid that reads "all free"
+    this.counterEls.used.textContent = snap.unavailable
+      ? `? / ${count(snap.aggregators)}`
+      : `${count(used)} / ${count(snap.aggregators)}`;
+    this.counterEls.used.title = snap.unavailable ? snap.unavailable : `${pct(used / snap.aggregators)} of the pool`;
     for (const key of ["preemptions", "bypasses", "drops"]) {
       const node = this.counterEls[key];
       node.textContent = count(totals[key]);
