@@ -298,6 +298,7 @@ function hint(kind) {
     switch_job_ids: "Every admitted job holds a switch job id, even one still waiting for its workers and holding no aggregator.",
     partition: "A static job reserves its partition from admission on, even while the heatmap shows it free.",
     scheduling: "The scheduler looks at it in its next decision round.",
+    tenant_quota: "Your tenant's limits (admitted jobs, share of the aggregators) hold it; an admin sets them per tenant.",
   }[kind];
   return text ? el("span", { class: "hint" }, text) : null;
 }
