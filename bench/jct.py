@@ -3,6 +3,8 @@
     inasched bench jct --workload philly --policies static,atp,esa --out results/philly --sim
     inasched bench jct --workload philly:week2.csv --out results/week2
     inasched bench jct --workload synthetic-1000 --out results/mem --sweep memory=8192,16384,20000
+    inasched bench jct --workload philly --out results/grid --sweep memory=1024,4096,16384 \
+        --sweep load=1,4,8 --set ps_gbps=100
     inasched bench jct --workload philly --policies atp,esa-nopreempt,esa-norelease,esa --out ab
     inasched bench jct --workload synthetic-10 --out results/emu --emu
 
@@ -12,7 +14,9 @@ registry's (`scheduler.registry`). The output folder gets ``summary.json``, ``jo
 row per job and policy), ``jct_cdf.png``, ``avg_jct.png``, ``memory_utilisation.png`` and
 ``report.md``; with atp, esa-nopreempt and esa among the policies, the summary and the report
 also decompose esa's gain over atp (`bench.jct_ablation`). A sweep adds one such folder per
-value and ``sweep.csv`` (one row per value). With
+value and ``sweep.csv`` (one row per value); two ``--sweep`` run their grid, one folder and one
+row per point (``memory=4096,load=4``), and draw heatmaps of esa's ratios to atp and static
+over it (`bench.jct_grid`). With
 ``--service URL --token T`` the run is also stored in the service (``POST /bench/runs``) so the
 dashboard shows it. Back-ends: ``--sim`` (default) drives ``scheduler.simulator`` at full
 scale; ``--emu`` runs the real service, soft switch, PS and worker processes on loopback
@@ -23,7 +27,6 @@ a new or empty folder unless ``--force`` is given.
 from __future__ import annotations
 
 import argparse
-import csv
 import logging
 import shlex
 import sys
@@ -36,6 +39,7 @@ from typing import Any, NoReturn
 from tqdm import tqdm
 
 from bench import jct_ablation as ablation
+from bench import jct_grid as grid
 from bench.jct_output import (
     format_table,
     summary_document,
@@ -43,7 +47,7 @@ from bench.jct_output import (
     write_plots,
     write_summary,
 )
-from bench.jct_params import BenchParams, parse_sweep
+from bench.jct_params import BenchParams, parse_sweeps
 from bench.jct_report import render_report
 from bench.jct_results import PolicyRun, PolicySummary, finite, ratios, summarise
 from scheduler.errors import WorkloadError
@@ -113,8 +117,11 @@ def _parser() -> argparse.ArgumentParser:
     mode.add_argument("--emu", action="store_true", help="real processes on loopback")
     p.add_argument(
         "--sweep",
-        help="PARAM=V1,V2,... with PARAM one of memory, load, priority, "
-        "levels, aging, ps_gbps, ps_processes, window",
+        action="append",
+        default=[],
+        metavar="PARAM=V1,V2,...",
+        help="PARAM=V1,V2,... with PARAM one of memory, load, priority, levels, aging, "
+        "ps_gbps, link_gbps, ps_processes, window; twice for a grid with heatmaps",
     )
     p.add_argument("--seed", type=int, default=0, help="workload and placement seed")
     p.add_argument(
@@ -160,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     backend = "emu" if args.emu else "sim"
     try:
-        sweep = parse_sweep(args.sweep) if args.sweep else None
+        sweeps = parse_sweeps(args.sweep)
     except ValueError as exc:
         parser.error(str(exc))
     try:
@@ -183,13 +190,13 @@ def main(argv: list[str] | None = None) -> int:
         # The same jobs for --sim: the validation of sim against emu runs this file.
         write_workload(base_jobs, out / "workload.csv")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    values = sweep[1] if sweep else [None]
-    bar = tqdm(total=len(values) * len(policies), desc="jct", unit="run", disable=args.quiet)
+    points = grid.grid_points(sweeps)
+    bar = tqdm(total=len(points) * len(policies), desc="jct", unit="run", disable=args.quiet)
     sweep_rows = []
     with bar:
-        for value in values:
-            run_params = params.with_value(sweep[0], value) if sweep and value else params
-            folder = out / f"{sweep[0]}={value}" if sweep else out
+        for point in points:
+            run_params = grid.point_params(params, point)
+            folder = out / grid.point_folder(point)
             folder.mkdir(parents=True, exist_ok=True)
             outcome = run_bench(
                 base_jobs,
@@ -206,14 +213,20 @@ def main(argv: list[str] | None = None) -> int:
                 from bench.jct_store import store_run
 
                 store_run(args.service, args.token, folder, args.workload, backend)
-            if sweep and value is not None:
-                sweep_rows.append(_sweep_row(sweep[0], value, outcome))
+            if point:
+                gains = outcome.document.get("decomposition", {})
+                sweep_rows.append(grid.grid_row(point, outcome.summaries, outcome.ratios, gains))
             else:
                 _print_summary(outcome)
-    if sweep:
-        _write_sweep(out / "sweep.csv", sweep_rows)
+    if sweeps:
+        grid.write_grid_csv(out / "sweep.csv", sweep_rows)
         print(format_table(list(sweep_rows[0]), [list(r.values()) for r in sweep_rows]))
         print(f"\nsweep table: {out / 'sweep.csv'}")
+    if len(sweeps) == 2:
+        written, skipped = grid.write_heatmaps(
+            out, sweeps, policies, f"{args.workload} ({backend})"
+        )
+        print("\n".join([*(f"heatmap: {path}" for path in written), *skipped]))
     print(f"output: {out}")
     return 0
 
@@ -358,24 +371,6 @@ def _print_summary(outcome: RunOutcome) -> None:
         print(f"{name}: {'-' if value is None else f'{value:.3f}'}")
     for name, value in outcome.document.get("decomposition", {}).items():
         print(f"decomposition {name}: {'-' if value is None else f'{value:.3f}'}")
-
-
-def _sweep_row(param: str, value: str, outcome: RunOutcome) -> dict[str, Any]:
-    row: dict[str, Any] = {param: value}
-    for name, s in outcome.summaries.items():
-        row[f"{name}_avg_jct"] = s.avg_jct
-        row[f"{name}_p99_jct"] = s.p99_jct
-        row[f"{name}_in_switch"] = s.in_switch_share
-    row.update(outcome.ratios)
-    row.update({f"gain_{k}": v for k, v in outcome.document.get("decomposition", {}).items()})
-    return row
-
-
-def _write_sweep(path: Path, rows: list[dict[str, Any]]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 if __name__ == "__main__":

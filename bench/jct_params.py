@@ -1,14 +1,16 @@
 """The JCT benchmark's parameters: one frozen value, each field with its source.
 
 Every workload (the Philly week, synthetic-N, a file) runs with the same `BenchParams`; a
-``--sweep`` changes one field at a time. The defaults are chosen once, from published hardware
-and system figures, and are never tuned per workload. `SOURCES` says where each default comes
-from; the Markdown report prints it next to the value that was actually used.
+``--sweep`` changes one field, two ``--sweep`` a grid of two. The defaults are chosen once,
+from published hardware and system figures, and are never tuned per workload. `SOURCES` says
+where each default comes from; the Markdown report prints it next to the value that was
+actually used.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -17,7 +19,7 @@ from scheduler.memory import DEFAULT_WINDOW
 from scheduler.priority import DEFAULT_AGING_S, DEFAULT_LEVELS
 from scheduler.registry import priority_names
 
-__all__ = ["SOURCES", "SWEEPABLE", "BenchParams", "parse_sweep"]
+__all__ = ["MAX_SWEEPS", "SOURCES", "SWEEPABLE", "BenchParams", "parse_sweep", "parse_sweeps"]
 
 # 2^14 aggregators x 64 lanes x 4 B = 4 MiB: SwitchML's aggregation budget on a Tofino 1.
 # ATP's ~20,000 aggregators of 62 lanes are 4.96 MB, within 20% of it; --sweep memory=20000
@@ -118,6 +120,7 @@ SWEEPABLE: dict[str, str] = {
     "aging": "aging_s",
     "aging_s": "aging_s",
     "ps_gbps": "ps_gbps",
+    "link_gbps": "link_gbps",
     "ps_processes": "ps_processes",
     "window": "window",
 }
@@ -178,11 +181,41 @@ def parse_sweep(spec: str) -> tuple[str, list[str]]:
     name, sep, values = spec.partition("=")
     name = name.strip()
     items = [v.strip() for v in values.split(",") if v.strip()]
-    if not sep or not items:
+    if not sep:
         raise ValueError(f"--sweep wants PARAM=V1,V2,...; got {spec!r}")
+    if not items:
+        raise ValueError(f"--sweep {spec!r} has no values; give PARAM=V1,V2,...")
     if name not in SWEEPABLE:
         known = ", ".join(sorted(SWEEPABLE))
         raise ValueError(f"cannot sweep {name!r}; sweepable: {known}")
+    twice = sorted({v for v in items if items.count(v) > 1})
+    if twice:
+        raise ValueError(f"--sweep {name} lists {', '.join(twice)} more than once")
     for item in items:  # fail before any run on a value of the wrong type or range
         BenchParams().with_value(name, item)
     return name, items
+
+
+# A grid of two parameters is a heatmap; three would be a cube no figure shows.
+MAX_SWEEPS = 2
+
+
+def parse_sweeps(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """One `parse_sweep` per ``--sweep``: at most `MAX_SWEEPS`, each parameter once (an alias
+    such as memory and aggregators counts as its field); raises ValueError."""
+    if len(specs) > MAX_SWEEPS:
+        raise ValueError(
+            f"--sweep is given at most {MAX_SWEEPS} times (a grid of two parameters); "
+            f"got {len(specs)}: {', '.join(specs)}"
+        )
+    sweeps = [parse_sweep(spec) for spec in specs]
+    seen: dict[str, str] = {}
+    for name, _ in sweeps:
+        field_name = SWEEPABLE[name]
+        if field_name in seen:
+            raise ValueError(
+                f"--sweep {seen[field_name]} and --sweep {name} both sweep {field_name}; "
+                "give each parameter once, with all its values"
+            )
+        seen[field_name] = name
+    return sweeps
