@@ -128,28 +128,55 @@ def add_jobs_parser(
     cancel.add_argument("--json", action="store_true", help="print the service's JSON")
 
 
+def no_token() -> int:
+    """The one-line answer to a command that needs an API token and has none."""
+    return fail(
+        "no API token: give --token or set INASCHED_TOKEN "
+        "('inasched token create TENANT' makes one; 'inasched up' prints one)",
+        ExitCode.UNAUTHORIZED,
+    )
+
+
+def unreachable(service: str, exc: Exception) -> int:
+    """The one-line answer when `service` does not answer."""
+    return fail(
+        f"cannot reach the service at {service} ({exc}); is it up? "
+        "Give --service URL or set INASCHED_URL",
+        ExitCode.UNREACHABLE,
+    )
+
+
+def submit_body(args: argparse.Namespace, name: str | None) -> dict[str, Any]:
+    """The ``POST /jobs`` body of a job's flags (`jobs submit`, `launch`); `UsageError` says
+    what is wrong with them."""
+    if args.model is None and args.gradient_bytes is None:
+        raise UsageError("give --model or --gradient-bytes")
+    try:
+        model = find_model(args.model) if args.model is not None else None
+    except UnknownModel as exc:
+        raise UsageError(str(exc)) from None
+    given = {
+        "name": name, "n_workers": args.workers, "iterations": args.iterations,
+        "model": model, "gradient_bytes": args.gradient_bytes,
+        "priority_class": args.priority_class, "window": args.window,
+    }  # fmt: skip
+    return {k: v for k, v in given.items() if v is not None}
+
+
+class UsageError(ValueError):
+    """A command's flags that cannot make a request; its message is the one line to print."""
+
+
 def run_jobs(args: argparse.Namespace, *, service: str, token: str | None) -> int:
     """``inasched jobs ACTION``: one request to `service`; returns the exit status."""
     if not token:
-        return fail(
-            "no API token: give --token or set INASCHED_TOKEN "
-            "('inasched token create TENANT' makes one; 'inasched up' prints one)",
-            ExitCode.UNAUTHORIZED,
-        )
+        return no_token()
     body: dict[str, Any] = {}
     if args.action == "submit":
-        if args.model is None and args.gradient_bytes is None:
-            return fail("give --model or --gradient-bytes")
         try:
-            model = find_model(args.model) if args.model is not None else None
-        except UnknownModel as exc:
+            body = submit_body(args, args.name)
+        except UsageError as exc:
             return fail(str(exc))
-        given = {
-            "name": args.name, "n_workers": args.workers, "iterations": args.iterations,
-            "model": model, "gradient_bytes": args.gradient_bytes,
-            "priority_class": args.priority_class, "window": args.window,
-        }  # fmt: skip
-        body = {k: v for k, v in given.items() if v is not None}
     headers = {"Authorization": f"Bearer {token}"}
     try:
         with httpx.Client(base_url=service, headers=headers, timeout=30) as http:
@@ -163,11 +190,7 @@ def run_jobs(args: argparse.Namespace, *, service: str, token: str | None) -> in
             else:
                 response = http.delete(f"/jobs/{args.job_id}")
     except httpx.HTTPError as exc:
-        return fail(
-            f"cannot reach the service at {service} ({exc}); is it up? "
-            "Give --service URL or set INASCHED_URL",
-            ExitCode.UNREACHABLE,
-        )
+        return unreachable(service, exc)
     if response.is_error:
         line, code = http_error(response)
         return fail(line, code)

@@ -31,9 +31,8 @@ from typing import Any
 
 import httpx
 
-from api.cli_jobs import ExitCode, fail, http_error
+from api.cli_jobs import ExitCode, UsageError, fail, http_error, no_token, submit_body, unreachable
 from scheduler.memory import JobState
-from scheduler.workload import UnknownModel, find_model
 
 __all__ = ["LAUNCH_EXIT_CODES_HELP", "LaunchExit", "add_launch_parser", "run_launch"]
 
@@ -145,36 +144,20 @@ def run_launch(args: argparse.Namespace, *, service: str, token: str | None) -> 
     if not command:
         return fail("give the training command after --, e.g. -- train.py ARGS")
     if not token:
-        return fail(
-            "no API token: give --token or set INASCHED_TOKEN "
-            "('inasched token create TENANT' makes one; 'inasched up' prints one)",
-            ExitCode.UNAUTHORIZED,
-        )
+        return no_token()
     torchrun = args.torchrun or _default_torchrun()
     if torchrun is None:
         return fail("torchrun not found: install torch, or give --torchrun PATH")
-    if args.model is None and args.gradient_bytes is None:
-        return fail("give --model or --gradient-bytes")
     try:
-        model = find_model(args.model) if args.model is not None else None
-    except UnknownModel as exc:
+        body = submit_body(args, args.name or _job_name(command))
+    except UsageError as exc:
         return fail(str(exc))
-    given = {
-        "name": args.name or _job_name(command), "n_workers": args.workers,
-        "iterations": args.iterations, "model": model, "gradient_bytes": args.gradient_bytes,
-        "priority_class": args.priority_class, "window": args.window,
-    }  # fmt: skip
-    body = {k: v for k, v in given.items() if v is not None}
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=service, headers=headers, timeout=30) as http:
         try:
             response = http.post("/jobs", json=body, headers={"Idempotency-Key": uuid.uuid4().hex})
         except httpx.HTTPError as exc:
-            return fail(
-                f"cannot reach the service at {service} ({exc}); is it up? "
-                "Give --service URL or set INASCHED_URL",
-                ExitCode.UNREACHABLE,
-            )
+            return unreachable(service, exc)
         if response.is_error:
             line, code = http_error(response)
             return fail(line, code)

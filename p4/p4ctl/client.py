@@ -67,7 +67,7 @@ from p4ctl.protocol import MAX_JOBS, PS_WORKER_ID, AggState, DropReason
 from p4ctl.register_access import RegisterAccess, ThriftRegisters
 from p4ctl.rule import JOB_COUNTERS, JobConfig
 
-__all__ = ["CLONE_PORT", "SwitchClient"]
+__all__ = ["CLONE_PORT", "SwitchClient", "set_job_params"]
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class SwitchClient:
                 self._clone_session_installed = True
             address = job.ps.address()
             ps_port, _ = self._ports.assign(address)
-            job_id, params = job.job_id, _set_job_params(job_config(job, ps_port))
+            job_id, params = job.job_id, set_job_params(job_config(job, ps_port))
             before, stale = self._jobs.get(job_id), self._sources.get((job_id, PS_WORKER_ID))
             source = (*address, ps_port)
             job_key = self.names.table_entry("job_table", {"job": job_id})
@@ -582,7 +582,7 @@ class SwitchClient:
         return SwitchError(f"switch {self.address}: {code.name}: {details}")
 
 
-def _set_job_params(cfg: JobConfig) -> dict[str, int]:
+def set_job_params(cfg: JobConfig) -> dict[str, int]:
     """The ``set_job`` parameters of job table entry `cfg`."""
     return {
         "policy": int(cfg.policy),

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 from p4.v1 import p4runtime_pb2 as p4rt
+from p4ctl.client import set_job_params
 from p4ctl.client_codec import P4Names, addr_int
 from p4ctl.p4info import Sizing, build_p4info
 from p4ctl.protocol import (
@@ -147,19 +148,6 @@ def _rule_step(
 PROBE_JOB, PROBE_PORT, PROBE_GROUP = 1000, 500, 1001
 
 
-def _params(cfg: JobConfig) -> dict[str, int]:
-    """The ``set_job`` parameters of `cfg`'s ``job_table`` entry."""
-    return {
-        "policy": int(cfg.policy),
-        "fan_in": cfg.fan_in,
-        "part_base": cfg.part_base,
-        "part_size": cfg.part_size,
-        "mcast_group": cfg.mcast_group,
-        "ps_port": cfg.ps_port,
-        "priority": cfg.priority,
-    }
-
-
 class Harness:
     """A soft switch programmed over P4Runtime exactly as a vector says, one UDP socket per
     switch port, and a probe job whose result marks the end of each step's outputs."""
@@ -217,7 +205,7 @@ class Harness:
         probe = JobConfig(PROBE_JOB, Policy.STATIC, 1, 0, 1, PROBE_GROUP, PROBE_PORT)
         for cfg in (probe, *jobs.values()):
             entities.append(
-                n.table_entry("job_table", {"job": cfg.job_id}, "set_job", _params(cfg))
+                n.table_entry("job_table", {"job": cfg.job_id}, "set_job", set_job_params(cfg))
             )
         groups = {PROBE_GROUP: [PROBE_PORT]}
         for cfg in jobs.values():
@@ -237,7 +225,7 @@ class Harness:
         """MODIFY the job's ``job_table`` entry: the priority is one of its parameters."""
         self.vector = with_priority(self.vector, {"job": job, "level": level})
         cfg = self.vector.jobs[job]
-        entry = self.names.table_entry("job_table", {"job": job}, "set_job", _params(cfg))
+        entry = self.names.table_entry("job_table", {"job": job}, "set_job", set_job_params(cfg))
         self.write([entry], p4rt.Update.MODIFY)
 
     def send(self, step: dict[str, Any]) -> dict[int, list[bytes]]:
