@@ -23,6 +23,7 @@ __all__ = [
     "check_data_address",
     "check_progress",
     "check_resubmission",
+    "fragments_per_iteration",
     "job_size",
     "padded_gradient_bytes",
 ]
@@ -147,8 +148,12 @@ def check_resubmission(job: Job, spec: JobCreate, *, gradient_bytes: int) -> Non
 
 def padded_gradient_bytes(gradient_bytes: int, lanes: int) -> int:
     """Bytes of one iteration's results: the gradient in whole fragments of `lanes` int32s."""
-    fragment = 4 * lanes
-    return -(-gradient_bytes // fragment) * fragment
+    return fragments_per_iteration(gradient_bytes, lanes) * 4 * lanes
+
+
+def fragments_per_iteration(gradient_bytes: int, lanes: int) -> int:
+    """Fragments of `lanes` int32s that one worker sends per iteration of the gradient."""
+    return -(-gradient_bytes // (4 * lanes))
 
 
 def check_progress(job: Job, worker_id: int, progress: WorkerProgress, *, lanes: int) -> None:

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from api.inputs import padded_gradient_bytes
+from api.inputs import fragments_per_iteration
 from scheduler.snapshot import JobView
 
 __all__ = ["Claim", "ProgressCheck", "supported_iterations"]
@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 # Packets of a job's workers that the switch took into an aggregation (in its registers, or
 # bypassed to the PS); resent and dropped packets are not progress.
 SWITCHED = ("job_aggregated", "job_bypassed")
-LANE_BYTES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +48,7 @@ class Claim:
 
 def supported_iterations(claim: Claim, raw: Mapping[str, int], *, lanes: int) -> int:
     """Iterations the switch's counters `raw` (of the claim's switch job id) account for."""
-    fragments = padded_gradient_bytes(claim.gradient_bytes, lanes) // (LANE_BYTES * lanes)
+    fragments = fragments_per_iteration(claim.gradient_bytes, lanes)
     per_iteration = max(1, fragments * claim.n_workers)
     seen = sum(max(0, raw.get(n, 0) - int(claim.counter_base.get(n, 0))) for n in SWITCHED)
     return seen // per_iteration
