@@ -256,10 +256,12 @@ def test_event_stream_shows_a_tenant_its_own_jobs_and_others_as_anonymous(
     service: Service,
 ) -> None:
     mine, theirs = _alice_and_bob_on_the_switch(service)
-    data = _switch_events(service, "alice", lambda d: len(d["runs"]) > 0)
+    # The stream samples the switch on its own clock, so a sample may fall between the two
+    # jobs' cells being occupied: wait for one that shows both.
+    data = _switch_events(service, "alice", lambda d: len(d["runs"]) == 2)
     assert data["runs"] == [[0, 4, mine, 1], [4, 6, OTHER_TENANTS, 1]]
     assert list(data["counters"]["jobs"]) == [str(mine)]
-    data = _switch_events(service, "root", lambda d: len(d["runs"]) > 0)
+    data = _switch_events(service, "root", lambda d: len(d["runs"]) == 2)
     assert data["runs"] == [[0, 4, mine, 1], [4, 6, theirs, 1]]
 
 
