@@ -32,6 +32,7 @@ import shlex
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
@@ -125,6 +126,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0, help="workload and placement seed")
     p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run a sweep's points in N processes at once (--sim only; default 1)",
+    )
+    p.add_argument(
         "--set",
         action="append",
         default=[],
@@ -152,6 +160,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"the ablations {','.join(ablation_names())} run in --sim only: the switch "
             "program has no rule for esa-norelease, and the service offers neither"
+        )
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    if args.jobs > 1 and args.emu:
+        parser.error(
+            "--jobs runs --sim only: --emu points share the loopback switch and the CPU it "
+            "is measured on, so they run one at a time"
         )
     if args.service and not args.token:
         parser.error("--service needs --token")
@@ -192,32 +207,34 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     points = grid.grid_points(sweeps)
     bar = tqdm(total=len(points) * len(policies), desc="jct", unit="run", disable=args.quiet)
+    tasks = [
+        _Point(
+            base_jobs,
+            tuple(policies),
+            grid.point_params(params, point),
+            out / grid.point_folder(point),
+            args.workload,
+            backend,
+            command,
+        )
+        for point in points
+    ]
+    if args.jobs > 1 and len(tasks) > 1:
+        outcomes = _run_points_in_parallel(tasks, args.jobs, bar)
+    else:
+        outcomes = [_run_point(task, runner, bar) for task in tasks]
     sweep_rows = []
-    with bar:
-        for point in points:
-            run_params = grid.point_params(params, point)
-            folder = out / grid.point_folder(point)
-            folder.mkdir(parents=True, exist_ok=True)
-            outcome = run_bench(
-                base_jobs,
-                policies,
-                run_params,
-                runner,
-                out=folder,
-                workload=args.workload,
-                backend=backend,
-                command=command,
-                bar=bar,
-            )
-            if args.service:
-                from bench.jct_store import store_run
+    for point, task, outcome in zip(points, tasks, outcomes, strict=True):
+        if args.service:
+            from bench.jct_store import store_run
 
-                store_run(args.service, args.token, folder, args.workload, backend)
-            if point:
-                gains = outcome.document.get("decomposition", {})
-                sweep_rows.append(grid.grid_row(point, outcome.summaries, outcome.ratios, gains))
-            else:
-                _print_summary(outcome)
+            store_run(args.service, args.token, task.folder, args.workload, backend)
+        if point:
+            gains = outcome.document.get("decomposition", {})
+            sweep_rows.append(grid.grid_row(point, outcome.summaries, outcome.ratios, gains))
+        else:
+            _print_summary(outcome)
+    bar.close()
     if sweeps:
         grid.write_grid_csv(out / "sweep.csv", sweep_rows)
         print(format_table(list(sweep_rows[0]), [list(r.values()) for r in sweep_rows]))
@@ -229,6 +246,57 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join([*(f"heatmap: {path}" for path in written), *skipped]))
     print(f"output: {out}")
     return 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Point:
+    """One point of a sweep (or the one run without a sweep): what `run_bench` needs."""
+
+    jobs: Sequence[JobSpec]
+    policies: tuple[str, ...]
+    params: BenchParams
+    folder: Path
+    workload: str
+    backend: str
+    command: str
+
+
+def _run_point(task: _Point, runner: PolicyRunner, bar: tqdm | None) -> RunOutcome:
+    task.folder.mkdir(parents=True, exist_ok=True)
+    return run_bench(
+        task.jobs,
+        task.policies,
+        task.params,
+        runner,
+        out=task.folder,
+        workload=task.workload,
+        backend=task.backend,
+        command=task.command,
+        bar=bar,
+    )
+
+
+def _run_sim_point(task: _Point) -> RunOutcome:
+    """`_run_point` in a worker process, on the simulator (module level: it is pickled)."""
+    from bench.jct_sim import run_policy
+
+    return _run_point(task, run_policy, None)
+
+
+def _run_points_in_parallel(tasks: Sequence[_Point], workers: int, bar: tqdm) -> list[RunOutcome]:
+    """Every point in a pool of `workers` processes; outcomes in the order of `tasks`.
+
+    Each point is a whole `run_bench` on its own folder: the simulator is deterministic, so
+    a point gives the same files whichever process runs it and whenever."""
+    outcomes: list[RunOutcome | None] = [None] * len(tasks)
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
+        running = {pool.submit(_run_sim_point, task): i for i, task in enumerate(tasks)}
+        for done in as_completed(running):
+            i = running[done]
+            outcomes[i] = done.result()
+            bar.set_postfix_str(_short(tasks[i].params))
+            bar.update(len(tasks[i].policies))
+    return [o for o in outcomes if o is not None]
 
 
 def _check_out(parser: argparse.ArgumentParser, out: Path, *, force: bool) -> None:

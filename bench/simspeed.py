@@ -1,26 +1,32 @@
 """Simulator speed and aggregate-model error.
 
     python -m bench.simspeed                    # Philly week under each policy + validation
-    python -m bench.simspeed --workload synthetic-10000
+    python -m bench.simspeed --workload philly,synthetic-10000 --speed-only --json speed.json
+    python -m bench.simspeed --speed-only --set aggregators=1024 --set load=8 --set ps_gbps=100
     python -m bench.simspeed --validate-only
 
-The JCT benchmark's parameters (`bench.jct_params.BenchParams`) are used. Prints, per policy:
-wall time, simulated events, events per second, mean/p99 JCT, in-switch
-share; then the aggregate model's error against the fragment-level model on the validation
-families side by side (`scheduler.validate`: the light cases and the memory-bound,
-PS-loaded and many-level ones): per family and policy, the mean and the largest signed
-relative mean-JCT error (fluid above fragment-level is positive) and the mean absolute
-in-switch-share error, each family against `scheduler.validate.BOUND`; and the wall time of
-both simulators on the light cases, side by side, with their ratio.
+The JCT benchmark's parameters (`bench.jct_params.BenchParams`, ``--set`` to change one) are
+used. Prints, per policy: CPU seconds (the figure that counts on a shared machine), wall
+time, simulated events, events per second, mean/p99 JCT, in-switch share, and all policies'
+CPU seconds over their target (`TARGETS_S`, `POINT_TARGET_S`); then the aggregate model's
+error against the fragment-level model on the validation families side by side
+(`scheduler.validate`: the light cases and the memory-bound, PS-loaded and many-level ones):
+per family and policy, the mean and the largest signed relative mean-JCT error (fluid above
+fragment-level is positive) and the mean absolute in-switch-share error, each family against
+`scheduler.validate.BOUND`; and the wall time of both simulators on the light cases, side by
+side, with their ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from dataclasses import replace
+from pathlib import Path
 
+from bench.jct import with_load
 from bench.jct_params import BenchParams
 from bench.jct_sim import sim_config
 from scheduler.fragsim import simulate_fragments
@@ -29,23 +35,42 @@ from scheduler.simulator import simulate
 from scheduler.validate import BOUND, FAMILIES, CaseError, small_cases, validate
 from scheduler.workload import load_workload
 
+# Targets on one core, CPU seconds: the Philly week under all three policies together, and
+# synthetic-10000 under all three; one heatmap point (every policy at one memory and load).
+TARGETS_S = {"philly": 30.0, "synthetic-10000": 120.0}
+POINT_TARGET_S = 120.0
 
-def speed(workload: str) -> None:
-    jobs = load_workload(workload)
+
+def speed(workload: str, params: BenchParams) -> dict[str, object]:
+    """Each policy on `workload` under `params`: CPU and wall seconds, events, JCT; and the
+    CPU total over its target (below 1: within it)."""
+    jobs = with_load(load_workload(workload), params.load)
     print(f"{workload}: {len(jobs)} jobs")
     print(
-        f"{'policy':8} {'wall s':>8} {'events':>8} {'ev/s':>8} {'mean JCT s':>12} "
+        f"{'policy':8} {'cpu s':>8} {'wall s':>8} {'events':>8} {'ev/s':>8} {'mean JCT s':>12} "
         f"{'p99 JCT s':>12} {'in-switch':>9}"
     )
+    rows = {}
     for policy in policy_names():
-        start = time.perf_counter()
-        run = simulate(jobs, sim_config(policy, BenchParams()))
-        wall = time.perf_counter() - start
+        cpu, start = time.process_time(), time.perf_counter()
+        run = simulate(jobs, sim_config(policy, params))
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - start
         jct = run.jct_summary()
+        rows[policy] = {"cpu_s": cpu, "wall_s": wall, "events": run.events, **jct}
         print(
-            f"{policy:8} {wall:8.1f} {run.events:8d} {run.events / wall:8.0f} "
+            f"{policy:8} {cpu:8.1f} {wall:8.1f} {run.events:8d} {run.events / cpu:8.0f} "
             f"{jct['mean']:12.1f} {jct['p99']:12.1f} {run.switch_share():9.3f}"
         )
+    total = sum(float(r["cpu_s"]) for r in rows.values())
+    point = params != BenchParams()
+    target = POINT_TARGET_S if point else TARGETS_S.get(workload)
+    ratio = total / target if target else None
+    line = f"all policies: {total:.1f} CPU s"
+    if ratio is not None:
+        line += f", {ratio:.2f}x the {target:.0f} s target (below 1: within it)"
+    print(line)
+    return {"workload": workload, "params": params.as_dict(), "policies": rows,
+            "cpu_s": total, "target_s": target, "over_target": ratio}  # fmt: skip
 
 
 def error_table(by_family: dict[str, list[CaseError]]) -> list[str]:
@@ -103,11 +128,32 @@ def main(argv: list[str] | None = None) -> None:
         help="comma-separated validation families (default: all)",
     )
     parser.add_argument("--validate-only", action="store_true")
+    parser.add_argument("--speed-only", action="store_true", help="no validation tables")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PARAM=VALUE",
+        help="a bench.jct parameter, e.g. aggregators=1024 load=8 ps_gbps=100 (a heatmap point)",
+    )
+    parser.add_argument("--json", type=Path, help="also write the speed figures to this file")
     args = parser.parse_args(argv)
+    params = BenchParams()
+    for item in args.set:
+        name, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set wants PARAM=VALUE, got {item!r}")
+        try:
+            params = params.with_value(name.strip(), value.strip())
+        except ValueError as exc:
+            parser.error(str(exc))
     if not args.validate_only:
-        speed(args.workload)
-    errors(args.cases, [f.strip() for f in args.families.split(",") if f.strip()])
-    peer(args.cases)
+        figures = [speed(w.strip(), params) for w in args.workload.split(",") if w.strip()]
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    if not args.speed_only:
+        errors(args.cases, [f.strip() for f in args.families.split(",") if f.strip()])
+        peer(args.cases)
 
 
 if __name__ == "__main__":

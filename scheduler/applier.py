@@ -137,6 +137,8 @@ class SwitchIds:
 
     def take(self, job_id: int) -> int | None:
         """A free id, now held by `job_id`; None when all are taken."""
+        if len(self.owners) >= self.size:
+            return None  # a backlog of queued jobs asks every round: answer without a scan
         for k in range(self.size):
             sid = (self._next + k) % self.size
             if sid not in self.owners:

@@ -32,15 +32,22 @@ PS process. Assumptions (the fragment-level model in `scheduler.fragsim` makes n
   holder lets go (probability spread / the holder's mean hold) before its last contribution
   arrives, the rest claim the aggregator, and the workers' fast retransmit (about two
   smoothed round trips) sends the partial sum and the resends to the PS; a split costs its
-  slot three times over and its PS n more packets. An aggregator is held from the first to the
-  last contribution; under ``atp`` also for the PS detour and PS queueing. Under
+  slot three times over and its PS n more packets, and its claim holds the aggregator, as a
+  sum that cannot complete, for those two round trips. An aggregator is held from the first
+  to the last contribution; under ``atp`` also for the PS detour and PS queueing. Under
   ``esa`` a partial sum is evicted when a higher-priority claim lands on it meanwhile
-  (Poisson claims).
+  (Poisson claims). How many a job holds on average while it communicates is its claims per
+  second times the hold (Little's law), with its claims counted over the whole allreduce,
+  ``F / t_comm``: not at its streaming rate, since the allreduce also waits for its last
+  worker and its last results and claims nothing meanwhile. (Counted at the streaming rate,
+  a job of F = 40 fragments and window 16 held about twice what it does, and esa's bypass
+  share was twice the fragment-level model's where memory binds.)
 - PS processes (`SimConfig.ps_of`): each is one server taking `ps_fragment_s` per packet,
   serving critical-path packets first and esa's completion copies only when idle
   (non-preemptive priority). Critical packets per fragment: ``atp`` 1 complete sum; a bypassed
   fragment n contributions; an evicted one its held sum plus the (n-1)/2 contributions still
-  to come on average. On a process shared by several jobs a critical packet waits Cobham's
+  to come on average. The others load a process with their packets per iteration over their
+  iteration time. On a process shared by several jobs a critical packet waits Cobham's
   M/G/1 non-preemptive-priority delay ``R / (1 - rho_crit)`` with
   ``R = min(1, rho_all) x ps_fragment_s / 2`` (deterministic service). Windows close the
   loop, so rho_crit stays below 1: jobs slow down until the PS keeps up; copies beyond the
@@ -249,69 +256,214 @@ class _PsLoad:
     paced: bool
 
 
-def _cobham(s: float, fs: float, w: int, load: _PsLoad, x: Vec) -> Vec:
-    """Right side of ``x = R / (1 - rho_crit)`` at each process's trial delay `x`.
+class _Cobham:
+    """The right side of ``x = R / (1 - rho_crit)`` for one `_PsLoad`, at many trial delays.
 
-    Each job streams at `_rates`, so it communicates a share d of the time; a communicating
-    job sees its own load in full and the others' duty-weighted.
+    What does not depend on the trial delay is worked out once, when it is built; a call
+    takes trial delays of shape ``(points, servers)`` (one row per trial) and answers in
+    the same shape. Each job streams at `_rates`, so it communicates a share d of the time;
+    a communicating job sees its own load in full and the others' duty-weighted.
+
+    Every element is the same sequence of float operations as one trial alone (the same
+    `_rates` and `_stream_time` arithmetic, in the same order), so a row's answer does not
+    depend on what else is evaluated with it: `_solve_wait` relies on that.
     """
-    srv = load.server
-    xj = x if srv is None else x[srv]
-    r = _rates(xj, load.q, load.a, w, fs, load.cap)
-    t = _stream_time(load.frags, r, load.a + load.q * xj, fs, load.win)
-    d = t / (t + load.t_fixed)  # > 0: every process serves at least one job
-    dr = d * r
-    crit_j = dr * load.c
-    copies_j = dr * load.g
-    self_crit_j = (1 - d) * crit_j
-    self_all_j = self_crit_j + (1 - d) * copies_j
-    if srv is None:
-        crit, copies, self_crit, self_all, total_d = crit_j, copies_j, self_crit_j, self_all_j, d
-    else:
-        n = load.servers
-        crit = _sum_by(srv, crit_j, n)
-        copies = _sum_by(srv, copies_j, n)
-        self_crit = _sum_by(srv, self_crit_j, n)
-        self_all = _sum_by(srv, self_all_j, n)
-        total_d = _sum_by(srv, d, n)
-    if srv is None and load.paced:
-        # atp on a process of its own: the job's window paces its complete sums a slot apart
-        # each, deterministic service, so they do not queue behind one another below
-        # capacity (`_PsLoad.cap` holds it to capacity).
-        rho_c = np.zeros_like(crit)
-        rho_all = rho_c
-    else:
+
+    def __init__(self, s: float, fs: float, w: int, load: _PsLoad) -> None:
+        self.s, self.fs, self.w, self.load = s, fs, w, load
+        # atp on a process of its own: the job's window paces its complete sums a slot
+        # apart each, deterministic service, so they do not queue behind one another below
+        # capacity (`_PsLoad.cap` holds it to capacity): no delay at any trial.
+        self.zero = load.server is None and load.paced
+        # min(min(1/fs, windowed), cap) == min(windowed, min(1/fs, cap)): a min is exact.
+        self.cap = np.minimum(1 / fs, load.cap)
+        # `_stream_time`'s terms that depend on the fragment count alone.
+        frags, win = load.frags, load.win
+        rounds = np.ceil(frags / win - 1e-9)
+        short = np.where(frags > win, rounds * win - frags, 0.0)
+        self.first = np.minimum(frags, win) - short
+        # Rows of trials -> the bincount index of each (row, server), made on first use.
+        self.flat: dict[int, npt.NDArray[np.intp]] = {}
+        # Per process, its jobs' terms as Python floats (for `at`), made on first use.
+        self.rows: list[list[tuple[float, ...]]] | None = None
+
+    def __call__(self, x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        if self.zero:
+            return np.zeros_like(x)
+        load, s, fs = self.load, self.s, self.fs
+        srv = load.server
+        xj = x if srv is None else x[:, srv]
+        slot = load.a + load.q * xj
+        r = np.minimum(self.w / slot, self.cap)
+        unit = np.maximum(0.0, 2 * slot / load.win - 1 / r - fs)
+        t = load.frags / r + slot - self.first * unit
+        d = t / (t + load.t_fixed)  # > 0: every process serves at least one job
+        # A job's packets over its whole iteration, the others' view of it: one iteration's
+        # fragments, not its streaming rate times its duty (which counts the wait for its
+        # last results as streaming). While it communicates it sees its own at its
+        # streaming rate.
+        avg = load.frags / (t + load.t_fixed)
+        crit_j = avg * load.c
+        copies_j = avg * load.g
+        extra = d * (r - avg)
+        self_crit_j = extra * load.c
+        self_all_j = self_crit_j + extra * load.g
+        if srv is None:
+            crit, copies, self_crit, self_all, total_d = (
+                crit_j, copies_j, self_crit_j, self_all_j, d,
+            )  # fmt: skip
+        else:
+            crit, copies, self_crit, self_all, total_d = (
+                self._by_server(v) for v in (crit_j, copies_j, self_crit_j, self_all_j, d)
+            )
         rho_c = s * (crit + self_crit / total_d)
         rho_all = s * (crit + copies + self_all / total_d)
-    queued = np.minimum(1.0, rho_all) * (s / 2) / np.maximum(1 - rho_c, 1e-300)
-    return np.where(rho_c >= 1, np.inf, queued)
+        queued = np.minimum(1.0, rho_all) * (s / 2) / np.maximum(1 - rho_c, 1e-300)
+        out: npt.NDArray[np.float64] = np.where(rho_c >= 1, np.inf, queued)
+        return out
+
+    def _by_server(self, per_job: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """Row by row, each server's sum over its jobs, added in job order (as `_sum_by`)."""
+        points, servers = per_job.shape[0], self.load.servers
+        index = self.flat.get(points)
+        if index is None:
+            assert self.load.server is not None
+            rows = np.arange(points, dtype=np.intp)[:, None] * servers
+            index = self.flat[points] = (rows + self.load.server[None, :]).ravel()
+        sums = _sum_by(index, per_job.ravel(), points * servers)
+        return sums.reshape(points, servers)
+
+    def at(self, process: int, x: float) -> float:
+        """``self`` at trial delay `x` for `process` alone, in Python floats: the same
+        operations in the same order, so the same answer, without an array call's overhead
+        (`_solve_wait` uses it once few processes are left to bisect)."""
+        if self.zero:
+            return 0.0
+        s, fs, w, win = self.s, self.fs, self.w, self.load.win
+        crit = copies = self_crit = self_all = total_d = 0.0
+        for a, q, cap, frags, first, t_fixed, c, g in self._jobs_of(process):
+            slot = a + q * x
+            r = min(w / slot, cap)
+            unit = max(0.0, 2 * slot / win - 1 / r - fs)
+            t = frags / r + slot - first * unit
+            d = t / (t + t_fixed)
+            avg = frags / (t + t_fixed)
+            crit_j = avg * c
+            copies_j = avg * g
+            extra = d * (r - avg)
+            self_crit_j = extra * c
+            # Summed in job order from 0.0, as `_sum_by` sums them.
+            crit += crit_j
+            copies += copies_j
+            self_crit += self_crit_j
+            self_all += self_crit_j + extra * g
+            total_d += d
+        rho_c = s * (crit + self_crit / total_d)
+        rho_all = s * (crit + copies + self_all / total_d)
+        queued = min(1.0, rho_all) * (s / 2) / max(1 - rho_c, 1e-300)
+        return math.inf if rho_c >= 1 else queued
+
+    def _jobs_of(self, process: int) -> list[tuple[float, ...]]:
+        """The terms `at` reads, one tuple per job of `process`, in job order."""
+        if self.rows is None:
+            load = self.load
+            columns = (load.a, load.q, self.cap, load.frags, self.first, load.t_fixed, load.c)
+            per_job = list(zip(*(v.tolist() for v in (*columns, load.g)), strict=True))
+            owner = range(len(per_job)) if load.server is None else load.server.tolist()
+            self.rows = [[] for _ in range(load.servers)]
+            for job, proc in enumerate(owner):
+                self.rows[proc].append(per_job[job])
+        return self.rows[process]
+
+
+# Bisection steps `_solve_wait` takes per evaluation of `_Cobham`: it evaluates the whole
+# tree of the next midpoints (2^depth - 1 of them) at once, which costs little more than one
+# midpoint on arrays this small, then walks down it.
+_TREE_DEPTH = 4
+# With this many processes or fewer left to bisect, `_Cobham.at` (Python floats, one process at
+# a time) costs less than an array call on all of them.
+_FEW = 4
 
 
 def _solve_wait(s: float, fs: float, w: int, load: _PsLoad, guess: Vec | None = None) -> Vec:
     """The queueing delay x of critical packets at each PS process, by bisection.
 
     The left side of ``x = R / (1 - rho_crit)`` (Cobham, ``R = min(1, rho_all) s / 2``)
-    grows with x, the right side (`_cobham`) shrinks as jobs slow down, so each process has
+    grows with x, the right side (`_Cobham`) shrinks as jobs slow down, so each process has
     one root; windows keep rho_crit below 1. All processes are bisected at once, each to a
     relative tolerance of `_XTOL`. `guess` (an earlier root) narrows the starting bracket
     ``[0, 1]`` to within 2% of it when the root lies there, which saves most bisections.
+
+    Each bisection step halves the bracket at its midpoint, as a plain bisection does, and
+    the answer is the one a plain bisection gives, bit for bit; only the midpoints of the
+    next `_TREE_DEPTH` steps, both ways down, are evaluated together
+    (`tests/scheduler/test_fluid` holds the plain bisection it must match).
     """
     n = load.servers
+    f = _Cobham(s, fs, w, load)
     lo, hi = np.zeros(n), np.ones(n)
     if guess is not None:
         below, above = 0.98 * guess, 1.02 * guess + 5e-13
-        lo = np.where(_cobham(s, fs, w, load, below) > below, below, lo)
-        hi = np.where(_cobham(s, fs, w, load, above) > above, hi, above)
+        right = f(np.stack((below, above)))
+        lo = np.where(right[0] > below, below, lo)
+        hi = np.where(right[1] > above, hi, above)
     live = ~(hi - lo < _XTOL * (lo + 1e-9))
-    for _ in range(_BISECTIONS):
-        if not live.any():
+    steps = 0
+    columns = np.arange(n)
+    while steps < _BISECTIONS and live.any():
+        few = np.flatnonzero(live)
+        if len(few) <= _FEW:
+            for i in few.tolist():
+                lo[i], hi[i] = _bisect_one(f, i, float(lo[i]), float(hi[i]), steps)
             break
+        depth = min(_TREE_DEPTH, _BISECTIONS - steps)
+        # Level k of the tree holds the 2^k brackets k steps down, node i's children being
+        # i (its midpoint was above the root, so it became hi) and i + 2^k (below: lo);
+        # rows 2^k - 1 .. 2^(k+1) - 2 of `tree` hold level k's midpoints.
+        levels_lo, levels_hi, mids = [lo[None, :]], [hi[None, :]], []
+        for _ in range(depth):
+            level_lo, level_hi = levels_lo[-1], levels_hi[-1]
+            mid = 0.5 * (level_lo + level_hi)
+            mids.append(mid)
+            levels_lo.append(np.concatenate((level_lo, mid)))
+            levels_hi.append(np.concatenate((mid, level_hi)))
+        tree = np.concatenate(mids).ravel()
+        up_at = f(tree.reshape(-1, n)).ravel() > tree  # whether the root lies above
+        # Each process's path down the tree: its node's flat index in `tree`, level by level
+        # (level k + 1's rows start 2^k rows after level k's; an up step skips 2^k more).
+        path = np.empty((depth + 1, n), dtype=np.intp)
+        path[0] = columns
+        for k in range(depth):
+            path[k + 1] = path[k] + np.where(up_at.take(path[k]), (2 * n) << k, n << k)
+        # The bracket each step leads to: the same node in levels 1 .. depth, one row lower.
+        after = path[1:] - n
+        lo_after = np.concatenate(levels_lo[1:]).ravel().take(after)
+        hi_after = np.concatenate(levels_hi[1:]).ravel().take(after)
+        done = hi_after - lo_after < _XTOL * (lo_after + 1e-9)
+        # A process stops at the first step that brings it within tolerance.
+        settled = done.any(axis=0)
+        last = np.where(settled, done.argmax(axis=0), depth - 1)
+        lo = np.where(live, lo_after[last, columns], lo)
+        hi = np.where(live, hi_after[last, columns], hi)
+        live &= ~settled
+        steps += depth
+    out: Vec = 0.5 * (lo + hi)
+    return out
+
+
+def _bisect_one(f: _Cobham, process: int, lo: float, hi: float, steps: int) -> tuple[float, float]:
+    """`_solve_wait`'s bisection for one process in Python floats, from `steps` steps on:
+    its bracket ``(lo, hi)`` once it is within tolerance or the steps run out."""
+    while steps < _BISECTIONS:
         x = 0.5 * (lo + hi)
-        up = _cobham(s, fs, w, load, x) > x
-        lo = np.where(live & up, x, lo)
-        hi = np.where(live & ~up, x, hi)
-        live &= ~(hi - lo < _XTOL * (lo + 1e-9))
-    return 0.5 * (lo + hi)
+        if f.at(process, x) > x:
+            lo = x
+        else:
+            hi = x
+        steps += 1
+        if hi - lo < _XTOL * (lo + 1e-9):
+            break
+    return lo, hi
 
 
 def comm_rates(
@@ -382,7 +534,8 @@ def comm_rates(
         batch = (bypass * (n - 1) + evict * (n - 1) / 2) * s
         # A split fragment waits about two smoothed round trips for its workers' fast
         # retransmit, then one PS trip: its slot is three, the PS part counted once more.
-        a = (rtt + q * detour + batch) * (1 + 2 * split) + split * detour
+        base_a, base_q = rtt + q * detour + batch, q
+        a = base_a * (1 + 2 * split) + split * detour
         q = q * (1 + 2 * split) + split
         # A process of its own serves a job's critical packets at most one per s.
         new_ps_cap = (
@@ -431,8 +584,16 @@ def comm_rates(
         steady = np.minimum(skew, np.maximum(0.0, win * fs - slot))
         spread = (np.minimum(frags, win) * skew + np.maximum(0.0, frags - win) * steady) / frags
         hold = spread + (0.0 if release else detour + x)
-        held = rate * (1 - lost) * hold
-        done = held - rate * (1 - lost) * spread  # atp: complete, awaiting the PS result
+        # Fragments per second over the whole allreduce: `rate` is the streaming rate, but
+        # the allreduce also waits for its last worker and its last results, and sends
+        # nothing meanwhile.
+        thr = frags / t
+        # A split fragment's claim (see below) holds its aggregator as a partial sum that
+        # cannot complete until the workers' fast retransmit flushes it, two smoothed round
+        # trips after the first send.
+        split_hold = 2 * (base_a + base_q * x)
+        held = thr * ((1 - lost) * hold + split * split_hold)
+        done = thr * (1 - lost) * (hold - spread)  # atp: complete, awaiting the PS result
         duty = t / (t + iter_s)
         if cfg.switch_pps > 0:
             # Packets the switch's CPU handles per fragment: the n contributions in and the n
@@ -448,7 +609,7 @@ def comm_rates(
             cap = np.where(np.isinf(cap), new_cap, 0.5 * (cap + new_cap))
         # Time-averaged aggregators held, and claim rates, by priority level (atp: all at 0).
         held_at = _sum_by(level, duty * held, top)
-        claims_at = _sum_by(level, duty * rate * (1 - lost), top)
+        claims_at = _sum_by(level, duty * thr * (1 - lost), top)
         held_ge = np.append(np.cumsum(held_at[::-1])[::-1], 0.0)
         claims_above = np.append(_above(claims_at), 0.0)
         claims_ge = claims_above[:-1] + claims_at
@@ -490,7 +651,7 @@ def comm_rates(
     if preempt:
         share = np.divide(suffered_at, claims_above, out=np.zeros(top + 1), where=claims_above > 0)
         below = np.concatenate(([0.0], np.cumsum(share)))  # below[L]: levels < L
-        caused = duty * rate * (1 - bypass - evict) * below[level]
+        caused = duty * thr * (1 - bypass - evict) * below[level]
     return {
         jid: CommRate(
             float(t[i]),
@@ -502,8 +663,8 @@ def comm_rates(
             float(done[i]),
             0.0,
             float(wait[i]),
-            float(duty[i] * c[i] * rate[i]),
-            float(duty[i] * g[i] * rate[i]),
+            float(duty[i] * c[i] * thr[i]),
+            float(duty[i] * g[i] * thr[i]),
         )
         for i, jid in enumerate(ids)
     }

@@ -59,12 +59,17 @@ def simulate(jobs: Sequence[JobSpec], cfg: SimConfig) -> RunResult:
             key = new_key
             flows = [_flow(cfg, r) for r in active]
             rates = comm_rates(cfg, sched.policy, flows, start=rates)
-        t_next = pending[0].arrival_s if pending else math.inf
-        t_next = min(t_next, *setup.values()) if setup else t_next
+        t_outside = pending[0].arrival_s if pending else math.inf
+        t_outside = min(t_outside, *setup.values()) if setup else t_outside
+        t_next = t_outside
         for rec in active:
             rate = rates[rec.spec.job_id]
             t_next = min(t_next, now + _time_to_event(cfg, sched.policy, rec, rate))
         marks = {rec.spec.job_id: _next_mark(cfg, rec) for rec in active}
+        # A job's next event closer than the clock can resolve at `now`: no time can pass
+        # before it, so it happens now (or the loop would stand still for ever).
+        if t_next <= now < t_outside and not _reach_marks_due(cfg, active, rates, marks, now):
+            t_next = math.nextafter(now, math.inf)
         _advance(cfg, active, rates, t_next - now, util, now)
         clock.advance_to(t_next)
         events += 1
@@ -109,6 +114,28 @@ def _next_mark(cfg: SimConfig, rec: JobRecord) -> float:
     total = rec.spec.iterations
     step = max(1, int(cfg.progress_step * total))  # as fragsim counts whole iterations
     return min(total, (math.floor(rec.iterations_done / step + _EPS) + 1) * step)
+
+
+def _reach_marks_due(
+    cfg: SimConfig,
+    active: Sequence[JobRecord],
+    rates: dict[int, CommRate],
+    marks: dict[int, float],
+    now: float,
+) -> bool:
+    """Move each job whose next mark (or last iteration) is less than the clock's resolution
+    at `now` away onto it, as if that sliver of an iteration had been run; whether any was.
+
+    The iterations a job has done are a float sum: 1e5 iterations in, one iteration's last
+    1e-9 can take less time than the smallest step of a clock past 4e6 s (about 1e-9 s)."""
+    moved = False
+    for rec in active:
+        mark = marks[rec.spec.job_id]
+        left = max(0.0, mark - rec.iterations_done) * _iter_s(cfg, rec, rates[rec.spec.job_id])
+        if left > 0 and now + left <= now:
+            rec.iterations_done = mark
+            moved = True
+    return moved
 
 
 def _time_to_event(cfg: SimConfig, policy: Policy, rec: JobRecord, rate: CommRate) -> float:

@@ -151,3 +151,26 @@ def test_a_bad_sweep_is_one_line_and_runs_nothing(
     assert says in lines[0]
     assert captured.out == ""
     assert not out.exists()
+
+
+def test_a_sweep_in_two_processes_writes_the_same_csv_as_in_one(tmp_path: Path) -> None:
+    sweeps = ["--sweep", "memory=256,16384", "--sweep", "load=1,4"]
+    csvs = []
+    for jobs in ("1", "2"):
+        out = tmp_path / f"jobs-{jobs}"
+        argv = ["--workload", WORKLOAD, "--out", str(out), "--sim", "--quiet", "--jobs", jobs]
+        assert main([*argv, *sweeps]) == 0
+        csvs.append((out / "sweep.csv").read_bytes())
+    assert csvs[0] == csvs[1]
+    assert len(csvs[0].splitlines()) == 5  # the header and one row per point
+
+
+def test_jobs_below_one_and_jobs_with_emu_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for extra in (["--sim", "--jobs", "0"], ["--emu", "--jobs", "2"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["--workload", WORKLOAD, "--out", str(tmp_path / "x"), *extra])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "--jobs" in err

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from bench.simspeed import main
+from bench.simspeed import POINT_TARGET_S, main
 
 
 def test_validate_only_prints_light_and_new_families_side_by_side(
@@ -20,3 +23,26 @@ def test_validate_only_prints_light_and_new_families_side_by_side(
     # Every row states whether its family is within the bound.
     assert all(r[-1] in ("yes", "NO") for r in table)
     assert "fragment-level vs aggregate simulator" in out
+
+
+def test_speed_reports_each_policy_and_its_target_ratio_as_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "speed.json"
+    main(["--workload", "synthetic-20", "--speed-only", "--json", str(out)])
+    [figures] = json.loads(out.read_text())
+    assert figures["workload"] == "synthetic-20"
+    assert set(figures["policies"]) == {"static", "atp", "esa"}
+    total = sum(p["cpu_s"] for p in figures["policies"].values())
+    assert figures["cpu_s"] == pytest.approx(total)
+    assert figures["target_s"] is None and figures["over_target"] is None  # no stated target
+    assert "aggregate vs fragment-level" not in capsys.readouterr().out
+
+
+def test_a_heatmap_point_is_timed_against_the_point_target(tmp_path: Path) -> None:
+    out = tmp_path / "point.json"
+    argv = ["--workload", "synthetic-20", "--speed-only", "--json", str(out)]
+    main([*argv, "--set", "aggregators=1024", "--set", "load=4"])
+    [figures] = json.loads(out.read_text())
+    assert figures["params"]["aggregators"] == 1024 and figures["params"]["load"] == 4.0
+    assert figures["over_target"] == pytest.approx(figures["cpu_s"] / POINT_TARGET_S)
