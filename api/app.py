@@ -2,23 +2,33 @@
 
 The job store is opened (and migrated) here, so a bad database fails before anything listens;
 the switch, the PS and the scheduling loop start with the app's lifespan and stop with it.
+
+A standby (``INASCHED_STANDBY``, `api.runtime`) serves reads; every write (POST, PUT, PATCH,
+DELETE) answers 503 naming the leader, with Retry-After (`StandbyRefusesWrites`). ``GET
+/leader`` answers 200 on the leader and 503 on a standby: the health check by which a load
+balancer in front of both sends every request to the leader.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Literal
 
 from anyio import to_thread
-from fastapi import FastAPI
+from fastapi import FastAPI, Response
 from fastapi.staticfiles import StaticFiles
 from p4ctl.backend import SwitchBackend
+from pydantic import BaseModel
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.docs import install_docs
 from api.errors import install_handlers
+from api.leader import Lease, current_lease
 from api.routes import (
     UNAUTHORIZED,
     bench,
@@ -31,15 +41,73 @@ from api.routes import (
     tokens,
     workers,
 )
-from api.runtime import open_service
+from api.runtime import Service, open_service
 from api.settings import Settings
 from scheduler.workload import model_table
 
-__all__ = ["BodyLimit", "create_app"]
+__all__ = ["BodyLimit", "LeaderPublic", "StandbyRefusesWrites", "create_app"]
 
 log = logging.getLogger(__name__)
 # A benchmark run carries every job row of its jobs.csv; everything else is a few hundred bytes.
 LARGE_BODIES = {"/bench/runs": 32 * 1024 * 1024}
+
+
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Seconds a client waits before it asks again: a standby tries the lock every
+# INASCHED_STANDBY_POLL_S (0.5 s) and a takeover re-syncs the switch in about a second.
+RETRY_AFTER_S = 2
+
+
+class LeaderPublic(BaseModel):
+    """Whether this service leads, and the latest term the store records."""
+
+    role: Literal["leader", "standby"]
+    epoch: int | None = None
+    leader: str | None = None
+    since: datetime | None = None
+
+
+def _leader_public(service: Service) -> LeaderPublic:
+    try:
+        lease: Lease | None = service.lease or current_lease(service.sessions)
+    except SQLAlchemyError:
+        lease = None  # the store is away: who leads is unknown
+    role: Literal["leader", "standby"] = "leader" if service.leading else "standby"
+    if lease is None:
+        return LeaderPublic(role=role)
+    since = datetime.fromtimestamp(lease.since, UTC)
+    return LeaderPublic(role=role, epoch=lease.epoch, leader=lease.holder, since=since)
+
+
+class StandbyRefusesWrites:
+    """On a standby, answer every write with 503, the leader's name and Retry-After."""
+
+    def __init__(self, app: ASGIApp, service: Service) -> None:
+        self.app = app
+        self.service = service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in WRITES or self.service.leading:
+            await self.app(scope, receive, send)
+            return
+        view = await to_thread.run_sync(_leader_public, self.service)
+        leader = (
+            f"the leader is {view.leader} (term {view.epoch})"
+            if view.leader
+            else "no service has led this store yet"
+        )
+        detail = (
+            f"this inasched service is a standby and takes no writes: {leader}; send it there, "
+            f"or here again after {RETRY_AFTER_S} s (a standby takes over when the leader stops)"
+        )
+        body = json.dumps({"detail": detail}).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", b"%d" % len(body)),
+            (b"retry-after", b"%d" % RETRY_AFTER_S),
+        ]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
 
 class _TooLarge(Exception):
@@ -176,8 +244,25 @@ def create_app(settings: Settings, *, backend: SwitchBackend | None = None) -> F
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
+    @app.get(
+        "/leader",
+        tags=["service"],
+        summary="leader or standby (503)",
+        responses={503: {"model": LeaderPublic, "description": "a standby"}},
+    )
+    def leader(response: Response) -> LeaderPublic:
+        """``{"role": "leader" | "standby", "epoch", "leader", "since"}``: this service's role
+        and the latest term the store records (its epoch is the leader's P4Runtime election
+        id). A standby answers 503, so a load balancer's health check on this path sends
+        requests to the leader only."""
+        view = _leader_public(service)
+        if view.role == "standby":
+            response.status_code = 503
+        return view
+
     static = _dashboard_dir()
     if static is not None:
         app.mount("/", StaticFiles(directory=static, html=True), name="dashboard")
+    app.add_middleware(StandbyRefusesWrites, service=service)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, overrides=LARGE_BODIES)
     return app

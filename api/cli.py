@@ -1,6 +1,7 @@
 """``inasched``: the command line of the project.
 
     inasched up [--demo] [--switch HOST:PORT --switch-data HOST:PORT] [--ps HOST:PORT] ...
+    inasched up --standby --database-url URL ...   (a second service that takes over)
     inasched demo [--service URL --token T]
     inasched jobs list|submit|cancel ...      (--service/INASCHED_URL, --token/INASCHED_TOKEN)
     inasched launch --workers N ... -- train.py ARGS   (a job and its workers under torchrun)
@@ -79,6 +80,7 @@ def _settings(args: argparse.Namespace) -> Settings:
     names = (
         "host", "port", "data_dir", "database_url", "switch", "switch_data", "switch_device_id",
         "switch_thrift", "p4_config", "ps", "aggregators", "lanes", "policy", "priority",
+        "standby",
     )  # fmt: skip
     given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
     return Settings(**given)
@@ -151,6 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="run the service, soft switch and PS (Ctrl-C stops)")
     _add_service_flags(up)
     up.add_argument("--demo", action="store_true", help="also run the demo jobs")
+    up.add_argument(
+        "--standby",
+        action="store_true",
+        default=None,
+        help="while another service holds the store, serve reads and take over when it stops "
+        "(INASCHED_STANDBY; docs/OPERATIONS.md)",
+    )
     demo = sub.add_parser(
         "demo",
         parents=[client],
@@ -296,6 +305,9 @@ def _serve(args: argparse.Namespace, *, demo: bool, keep_serving: bool) -> int:
             )
         thread.join(0.05)
     url = f"http://{settings.host}:{settings.port}"
+    if not service.leading:
+        print(f"inasched is standing by at {url}/: it serves reads and takes over when the "
+              "service that holds the store stops", flush=True)  # fmt: skip
     print(f"inasched is up: dashboard {url}/  (policy {settings.policy})", flush=True)
     print(f"tenant '{args.tenant}' token: {token}", flush=True)
     print("Ctrl-C stops everything.", flush=True)

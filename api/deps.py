@@ -25,6 +25,10 @@ __all__ = [
     "StreamTenantDep",
     "TenantDep",
     "WorkerIdPath",
+    "bearer_token",
+    "caller_of",
+    "get_joined_job",
+    "join_token",
 ]
 
 # Ids are 32-bit in the store (PostgreSQL INTEGER); a larger one cannot name a row.
@@ -85,7 +89,8 @@ async def join_token(credentials: Annotated[BearerCredentials, Depends(JOIN_TOKE
     return _bearer(credentials)
 
 
-def _caller(session: Session, token: str) -> Caller:
+def caller_of(session: Session, token: str) -> Caller:
+    """The caller whose live API token is `token`; 401 otherwise."""
     row = live_token(session, token=token)
     if row is None:
         raise _unauthorized(
@@ -95,7 +100,7 @@ def _caller(session: Session, token: str) -> Caller:
 
 
 def get_caller(session: SessionDep, token: Annotated[str, Depends(bearer_token)]) -> Caller:
-    return _caller(session, token)
+    return caller_of(session, token)
 
 
 CallerDep = Annotated[Caller, Depends(get_caller)]
@@ -130,7 +135,7 @@ async def stream_token(
 
 
 def get_stream_caller(session: SessionDep, token: Annotated[str, Depends(stream_token)]) -> Caller:
-    return _caller(session, token)
+    return caller_of(session, token)
 
 
 StreamCallerDep = Annotated[Caller, Depends(get_stream_caller)]

@@ -8,7 +8,9 @@ switch counters are per switch job id and ids are reused (`Job.counter_base`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
+from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from api.counters import settle_counters
@@ -25,6 +27,9 @@ class SqlJobStore:
     """Job rows of `session`: those in `jobs` (already loaded), others loaded on first use.
 
     `changed` collects the rows whose public view changed, for the caller to publish.
+    `known` holds rows (`api.rounds.ROUND_COLUMNS`) read in this transaction: a job among them
+    is read from there until it is written, so a round that only re-confirms why a job waits
+    never loads it.
     """
 
     def __init__(
@@ -34,8 +39,10 @@ class SqlJobStore:
         counters: Mapping[int, Mapping[str, int]],
         reasons: QueueReasons,
         jobs: Mapping[int, Job] | None = None,
+        known: Mapping[int, Row[Any]] | None = None,
     ) -> None:
         self.session = session
+        self.known = known or {}
         self.counters = counters
         self.reasons = reasons
         self.rows: dict[int, Job] = dict(jobs or {})
@@ -51,6 +58,15 @@ class SqlJobStore:
         return job
 
     def job(self, job_id: int) -> StoredJob:
+        if job_id not in self.rows and (read := self.known.get(job_id)) is not None:
+            return StoredJob(
+                read.id,
+                JobState(read.state),
+                read.n_workers,
+                read.window,
+                read.priority_level,
+                read.switch_job_id,
+            )
         job = self.row(job_id)
         return StoredJob(
             job.id,
@@ -78,7 +94,6 @@ class SqlJobStore:
         self.changed[job_id] = job
 
     def set_reason(self, job_id: int, why: Waiting) -> bool:
-        job = self.row(job_id)
         match why:
             case Queue():
                 message = self.reasons.queued(job_id, why).message
@@ -86,6 +101,10 @@ class SqlJobStore:
                 message = self.reasons.no_switch_job_id(job_id, max_jobs).message
             case SwitchRefused(error=error):
                 message = self.reasons.switch_refused(job_id, error).message
+        read = self.known.get(job_id) if job_id not in self.rows else None
+        if read is not None and read.reason == message:
+            return False
+        job = self.row(job_id)
         if job.reason == message:
             return False
         job.reason = message

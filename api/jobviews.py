@@ -3,7 +3,6 @@ decision round changes, and why each queued job waits (`QueueReasons`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import Row, select
@@ -15,7 +14,7 @@ from api.schemas import JobPublic, QueueReason
 from scheduler.memory import COPIES_PER_SLOT, JobState, Partition
 from scheduler.snapshot import JobView, Queue
 
-__all__ = ["VIEW_COLUMNS", "QueueReasons", "ViewCache", "job_public", "job_view", "load_jobs"]
+__all__ = ["VIEW_COLUMNS", "QueueReasons", "job_public", "job_view", "load_jobs"]
 
 P = TypeVar("P", bound=JobPublic)
 
@@ -71,30 +70,6 @@ def load_jobs(s: Session, ids: set[int]) -> dict[int, Job]:
     return out
 
 
-class ViewCache:
-    """`JobView`s of the last round, reused for rows that did not change since.
-
-    A round sees every active job but most are as they were; building a frozen `JobView` is
-    the largest cost of a round with hundreds of jobs, comparing a row tuple is not.
-    """
-
-    def __init__(self) -> None:
-        self._views: dict[int, tuple[tuple[Any, ...], JobView]] = {}
-
-    def views(self, rows: Sequence[Row[Any]], starved: Mapping[int, float]) -> list[JobView]:
-        """One `JobView` per row, in row order; forgets jobs no longer among `rows`."""
-        fresh: dict[int, tuple[tuple[Any, ...], JobView]] = {}
-        out = []
-        for row in rows:
-            key = (*row, starved.get(row.id, 0.0))
-            cached = self._views.get(row.id)
-            view = cached[1] if cached and cached[0] == key else job_view(row, starved_s=key[-1])
-            fresh[row.id] = (key, view)
-            out.append(view)
-        self._views = fresh
-        return out
-
-
 NOT_YET_DECIDED = QueueReason(
     kind="scheduling", message="waiting for the scheduler's next decision round"
 )
@@ -109,10 +84,13 @@ class QueueReasons:
 
     def __init__(self) -> None:
         self._by_job: dict[int, QueueReason] = {}
+        self._decided: dict[int, Queue] = {}  # the decision each recorded reason came from
 
     def queued(self, job_id: int, decision: Queue) -> QueueReason:
         """Record the policy's `Queue` decision (or a tenant quota's); returns the reason it
         gives."""
+        if self._decided.get(job_id) == decision:
+            return self._by_job[job_id]  # a waiting job hears the same every round
         if isinstance(decision, TenantQuota):
             why = QueueReason(kind="tenant_quota", message=decision.reason)
         elif decision.slots is not None:
@@ -125,11 +103,16 @@ class QueueReasons:
             )
         else:
             why = QueueReason(kind="policy", message=decision.reason)
-        return self._record(job_id, why)
+        self._record(job_id, why)
+        self._decided[job_id] = decision
+        return why
 
     def no_switch_job_id(self, job_id: int, max_jobs: int) -> QueueReason:
         """Record that the switch's job table (`max_jobs` entries) had no free entry."""
         message = f"all {max_jobs:,} switch job ids in use"
+        known = self._by_job.get(job_id)
+        if known is not None and known.kind == "switch_job_ids" and known.message == message:
+            return known  # a backlog hears this every round
         return self._record(job_id, QueueReason(kind="switch_job_ids", message=message))
 
     def switch_refused(self, job_id: int, error: Exception) -> QueueReason:
@@ -139,6 +122,7 @@ class QueueReasons:
     def keep_only(self, job_ids: set[int]) -> None:
         """Forget every job but `job_ids` (the ones still queued)."""
         self._by_job = {k: v for k, v in self._by_job.items() if k in job_ids}
+        self._decided = {k: v for k, v in self._decided.items() if k in job_ids}
 
     def of(self, job: Job) -> QueueReason | None:
         """Why `job` waits; None unless it is queued."""
@@ -147,6 +131,7 @@ class QueueReasons:
         return self._by_job.get(job.id, NOT_YET_DECIDED)
 
     def _record(self, job_id: int, why: QueueReason) -> QueueReason:
+        self._decided.pop(job_id, None)
         self._by_job[job_id] = why
         return why
 

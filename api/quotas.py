@@ -99,15 +99,18 @@ def hold_back(
     offered: Counter[int] = Counter()
     kept: list[JobView] = []
     waits: list[TenantQuota] = []
+    messages: dict[int, str] = {}  # one per tenant: a backlog has thousands of waits
     for view in views:
         tenant = tenant_of[view.job_id]
         if view.state is JobState.QUEUED:
             limit = limits[tenant]
             if held[tenant] + offered[tenant] >= limit.max_jobs:
-                message = (
-                    f"tenant quota: tenant '{limit.name}' has {held[tenant]:,} of its "
-                    f"{limit.max_jobs:,} admitted jobs"
-                )
+                message = messages.get(tenant)
+                if message is None:
+                    message = messages[tenant] = (
+                        f"tenant quota: tenant '{limit.name}' has {held[tenant]:,} of its "
+                        f"{limit.max_jobs:,} admitted jobs"
+                    )
                 waits.append(TenantQuota(view.job_id, message))
                 continue
             offered[tenant] += 1

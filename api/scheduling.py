@@ -5,7 +5,9 @@ with wall time; the simulators drive the same applier with virtual time.
 Every change that can alter decisions (submit, finish, cancel, failure, policy change) calls
 `reschedule`; progress marks the state dirty and the next tick reschedules, so a burst of
 reports costs one decision round. Decision rounds run one at a time under one lock; requests
-that arrive while a round runs are served by the next round together (see `reschedule`).
+that arrive while a round runs are served by the next round together (see `reschedule`). A
+round re-reads only the jobs committed since the last one and loads only those it changes
+(`api.rounds`, with the profile that led there).
 
 Switch job ids (0..1023, the switch's job table) are given at admission and returned when the
 switch no longer holds the job (`Releaser`), so an id is unique among jobs that hold switch
@@ -23,32 +25,32 @@ from datetime import timedelta
 from p4ctl.backend import Endpoint, JobInstall, SwitchBackend
 from p4ctl.errors import SwitchError
 from p4ctl.protocol import MAX_JOBS
-from sqlalchemy import or_, select
+from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.counters import settle_counters, switch_view, track_starvation
 from api.events import Event, EventBus
 from api.jobstore import SqlJobStore
-from api.jobviews import VIEW_COLUMNS, QueueReasons, ViewCache, job_public, load_jobs
+from api.jobviews import QueueReasons, job_public, load_jobs
 from api.models import Job, WorkerRow, utcnow
 from api.progress import Claim, ProgressCheck
 from api.quotas import UNLIMITED, QuotaDefaults, hold_back, load_limits, within_share
 from api.releaser import Releaser
+from api.rounds import ACTIVE, TERMINAL, ActiveJobs, JobWaiters
 from api.schemas import JobPublic, SwitchPublic
 from api.store import get_state, put_state
 from api.topology import PolicyConfig, PsRegistry, Topology
 from scheduler.applier import DecisionApplier, Placement
 from scheduler.errors import MemoryConflict
 from scheduler.memory import JobState, Partition, Pool
+from scheduler.snapshot import Queue
 from workers.ps_control import ControlError
 
 __all__ = ["ACTIVE", "TERMINAL", "Coordinator"]
 
 log = logging.getLogger(__name__)
 
-ACTIVE = tuple(s for s in JobState if not s.terminal)
-TERMINAL = tuple(s for s in JobState if s.terminal)
 HOLDING = tuple(s for s in JobState if s.holds_memory)
 POLICY_KEY = "policy"
 # When the service last stopped cleanly ({"at": epoch seconds}; {} while it runs).
@@ -58,6 +60,9 @@ SERVICE_STOPPED = "service stopped"
 # the job as it is then, e.g. still queued).
 ROUND_WAIT_S = 30.0
 ROUND_GAP_S = 0.02
+# Rounds read only changed rows; every so often one reads them all, in case the store was
+# written some other way than through the service's sessions.
+FULL_READ_S = 60.0
 
 
 class Coordinator:
@@ -113,7 +118,9 @@ class Coordinator:
         # Seconds each job has spent hindered (bypassed, evicted): the priority's aging input.
         # Kept in memory: after a restart every job starts unhindered, which only delays aging.
         self.starved: dict[int, float] = {}
-        self._views = ViewCache()
+        self.active = ActiveJobs(sessions)
+        self.waiters = JobWaiters()
+        self._full_read_at = clock()
         # Without a data plane (the in-memory backend) there is nothing to hold reports to.
         self.progress = ProgressCheck(lanes=self.pool.lanes) if verify_progress else None
         self.queue_reasons = QueueReasons()
@@ -151,13 +158,17 @@ class Coordinator:
             self._threads.append(thread)
         self.reschedule()
 
-    def stop(self) -> None:
+    def stop(self, *, record: bool = True) -> None:
+        """Stop the threads; `record` the clean stop (not when another service leads now)."""
         self._stop.set()
         with self._cv:
             self._cv.notify_all()
         for thread in self._threads:
             thread.join(timeout=10)
         self.releaser.stop()
+        self.active.close()
+        if not record:
+            return
         try:
             with self.sessions() as s:
                 put_state(s, key=STOPPED_KEY, value={"at": self.clock()})
@@ -205,6 +216,9 @@ class Coordinator:
         failed = self.reap()
         with self._cv:
             dirty, self._dirty = self._dirty, False
+        if self.clock() - self._full_read_at > FULL_READ_S:
+            self._full_read_at = self.clock()
+            self.active.reload()
         if failed or dirty:
             self.reschedule(wait=False)
         self.read_switch()
@@ -242,54 +256,64 @@ class Coordinator:
                 # Everything requested so far was committed before its request: one round
                 # covers it all.
                 target = self._requested
+            started = time.perf_counter()
             try:
                 with self.lock:
                     self.decision_round()
             except Exception:
                 log.exception("decision round failed; retrying on the next tick")
+                self.active.reload()
                 self.mark_dirty()
             with self._cv:
                 self._done = target
                 self._cv.notify_all()
-            # A short pause lets a burst of requests gather behind the next round: a round
-            # costs time in proportion to the active jobs, whatever the number it admits.
-            self._stop.wait(ROUND_GAP_S)
+            # A pause lets a burst of requests gather behind the next round: part of a round's
+            # cost grows with the active jobs, whatever the number it admits. Pausing as long
+            # as the round took keeps rounds to at most half the process's time under load.
+            self._stop.wait(max(ROUND_GAP_S, time.perf_counter() - started))
 
     @property
     def owners(self) -> Mapping[int, int]:
         """``{switch job id: job id}`` of every job the switch holds state for."""
         return self.applier.ids.owners
 
-    def store(self, s: Session, jobs: Mapping[int, Job] | None = None) -> SqlJobStore:
-        """The applier's view of session `s` (`jobs`: rows already loaded)."""
-        return SqlJobStore(s, counters=self.counters, reasons=self.queue_reasons, jobs=jobs)
+    def store(
+        self, s: Session, jobs: Mapping[int, Job] | None = None, *, known: bool = False
+    ) -> SqlJobStore:
+        """The applier's view of session `s` (`jobs`: rows already loaded; `known`: jobs not
+        loaded are read from the round's rows until written)."""
+        rows = self.active.rows if known else None
+        return SqlJobStore(
+            s, counters=self.counters, reasons=self.queue_reasons, jobs=jobs, known=rows
+        )
 
     def decision_round(self) -> None:
         """One decision round now: decide on every live job and apply the decisions."""
         now = self.clock()
+        active = self.active
         with self.sessions() as s:
-            # Plain rows, not ORM objects: a round sees every active job, but usually
-            # changes only a few, and only those are loaded as objects below.
-            rows = s.execute(
-                select(*VIEW_COLUMNS)
-                .where(or_(Job.state.in_(ACTIVE), Job.switch_job_id.is_not(None)))
-                .order_by(Job.id)
-            ).all()
-            views = self._views.views(rows, self.starved)  # type: ignore[arg-type]
+            # Plain rows, not ORM objects, re-read only where a commit changed them: a round
+            # sees every active job but usually changes a few, and only those are loaded.
+            active.refresh(s)
+            views = active.ordered_views(self.starved)
             if self.progress is not None:
                 views = [self.progress.cap(view) for view in views]
-            self.queue_reasons.keep_only({r.id for r in rows if r.state == JobState.QUEUED})
-            tenant_of = {r.id: r.tenant_id for r in rows}
+            self.queue_reasons.keep_only(active.queued)
+            tenant_of = active.tenant_of
             limits = load_limits(s, set(tenant_of.values()), self.quota)
             # Quotas filter what the policy sees and what it admits; the applier applies all.
             offered, waits = hold_back(views, tenant_of, limits)
             chosen = self.scheduler.decide(self.scheduler.snapshot(now, offered))
             decisions = [*waits, *within_share(chosen, offered, tenant_of, limits, self.pool)]
-            touched = {d.job_id for d in decisions}
-            touched |= {r.id for r in rows if r.state in TERMINAL and r.switch_job_id is not None}
-            store = self.store(s, load_jobs(s, touched))
+            # A wait changes at most a reason; every other decision may end a job.
+            acted = {d.job_id for d in decisions if not isinstance(d, Queue)} | active.ended
+            store = self.store(
+                s,
+                load_jobs(s, active.to_load(decisions, self.applier.ids, self.queue_reasons)),
+                known=True,
+            )
             self.applier.apply(store, now, decisions, policy=self.scheduler.policy_name)
-            for job_id in sorted(touched):
+            for job_id in sorted(acted):
                 # Release is idempotent; a terminal job keeps no switch state even if a
                 # policy forgot to reclaim it.
                 if store.job(job_id).state.terminal:
@@ -514,6 +538,9 @@ class Coordinator:
             self.mark_dirty()
 
     def publish_jobs(self, jobs: Iterable[Job]) -> None:
+        """Publish each of `jobs` on the event stream and wake the requests waiting on it."""
+        jobs = list(jobs)
+        self.waiters.wake(job.id for job in jobs)
         for job in jobs:
             data = job_public(job, self.queue_reasons, JobPublic).model_dump(mode="json")
             self.events.publish(Event("job", data, tenant_id=job.tenant_id))

@@ -138,6 +138,19 @@ class Settings(BaseSettings):
         description="a scraper that sends it as 'Authorization: Bearer <token>' to /metrics "
         "also gets per-tenant series; without it /metrics has aggregates only",
     )
+    # Two services on one store: the one holding the store's lock leads (schedules, is the
+    # switch's P4Runtime primary); a standby serves reads and takes over when the lock frees.
+    standby: bool = Field(
+        default=False,
+        description="wait for the store's lock instead of exiting while another service holds "
+        "it, serving reads (writes answer 503 naming the leader) until it takes over",
+    )
+    standby_poll_s: float = Field(
+        default=0.5,
+        gt=0,
+        le=60,
+        description="how often a standby tries the store's lock, and a leader checks it holds it",
+    )
 
     @field_validator("switch")
     @classmethod

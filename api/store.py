@@ -27,6 +27,7 @@ __all__ = [
     "get_state",
     "list_bench_runs",
     "list_jobs",
+    "new_job",
     "put_state",
     "store_bench_run",
     "tenant_for_token",
@@ -73,6 +74,36 @@ def create_job(
         existing = _by_client_key(session, tenant_id=tenant_id, client_key=client_key)
         if existing is not None:
             return existing, None
+    job, token = new_job(
+        tenant_id=tenant_id,
+        spec=spec,
+        gradient_bytes=gradient_bytes,
+        window=window,
+        client_key=client_key,
+    )
+    session.add(job)
+    try:
+        session.commit()
+    except IntegrityError:
+        # Two concurrent retries with the same key: the other one won; answer with its job.
+        session.rollback()
+        existing = _by_client_key(session, tenant_id=tenant_id, client_key=client_key or "")
+        if existing is None:
+            raise
+        return existing, None
+    return job, token
+
+
+def new_job(
+    *,
+    tenant_id: int,
+    spec: JobCreate,
+    gradient_bytes: int,
+    window: int,
+    client_key: str | None = None,
+) -> tuple[Job, str]:
+    """``(queued job, its join token)``, not yet added to any session (`create_job` adds and
+    commits one; a benchmark adds thousands in one transaction)."""
     token = new_token(JOIN_PREFIX)
     job = Job(
         tenant_id=tenant_id,
@@ -87,16 +118,6 @@ def create_job(
         window=window,
         join_token_hash=hash_token(token),
     )
-    session.add(job)
-    try:
-        session.commit()
-    except IntegrityError:
-        # Two concurrent retries with the same key: the other one won; answer with its job.
-        session.rollback()
-        existing = _by_client_key(session, tenant_id=tenant_id, client_key=client_key or "")
-        if existing is None:
-            raise
-        return existing, None
     return job, token
 
 

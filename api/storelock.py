@@ -4,7 +4,15 @@ Two services on one store would both re-sync its jobs onto a switch and both dec
 A service takes the store's lock before it touches the store, and holds it until it stops: a
 file lock beside a SQLite file (``inasched.db.lock``, which names the holder), a session
 advisory lock on PostgreSQL (keyed by database and schema; the holder is found in
-``pg_stat_activity``). Both go away with the process that held them, even a killed one.
+``pg_stat_activity``). Both go away with the process that held them, even a killed one: its
+kernel closes the socket, and PostgreSQL ends the session at once.
+
+A host that dies, or a network that parts it from PostgreSQL, closes nothing: the lock session
+turns on TCP keepalives at both ends (`KEEPALIVE`), so PostgreSQL ends it, and frees the lock,
+within about ``idle + interval * count`` seconds (8 s) of the last word from the holder, and the
+holder's `StoreLock.alive` turns False within as long. A standby (`api.leader`) takes the lock
+then; the old holder, which may still reach the switch, is fenced off there by the new leader's
+higher P4Runtime election id.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import fcntl
 import hashlib
 import os
 import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +33,8 @@ from api.db import DatabaseUnavailable, redacted
 
 __all__ = ["StoreInUse", "StoreLock", "lock_store", "running_instance"]
 
+# TCP keepalive of the lock's session, set at both ends: (idle s, probe interval s, probes).
+KEEPALIVE = (5, 1, 3)
 # What the other instance's stop and this one's refusal say to do.
 ADVICE = (
     "stop it first, or give this one another store (--data-dir, or --database-url / "
@@ -41,10 +52,19 @@ def running_instance(listen: str) -> str:
 
 
 class StoreLock:
-    """A held store lock; `release` gives it up (idempotent)."""
+    """A held store lock; `alive` says whether it is still held, `release` gives it up
+    (idempotent)."""
 
-    def __init__(self, release: Callable[[], None]) -> None:
+    def __init__(
+        self, release: Callable[[], None], alive: Callable[[], bool] = lambda: True
+    ) -> None:
         self._release: Callable[[], None] | None = release
+        self._alive = alive
+
+    def alive(self) -> bool:
+        """Whether the lock is still held (False once released, or once PostgreSQL ended its
+        session: restarted, or parted from this host for longer than the keepalive)."""
+        return self._release is not None and self._alive()
 
     def release(self) -> None:
         if self._release is not None:
@@ -92,7 +112,17 @@ def _advisory_key(database: str, schema: str) -> int:
 
 def _lock_postgres(url: str, owner: str) -> StoreLock:
     # Its own connection, outside every pool: the lock lives exactly as long as it does.
-    engine = create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": 5})
+    idle, interval, count = KEEPALIVE
+    keepalive = {
+        "keepalives": 1,
+        "keepalives_idle": idle,
+        "keepalives_interval": interval,
+        "keepalives_count": count,
+        "tcp_user_timeout": (idle + interval * count) * 1000,
+    }
+    engine = create_engine(
+        url, poolclass=NullPool, connect_args={"connect_timeout": 5, **keepalive}
+    )
     try:
         conn = engine.connect()
     except Exception as exc:
@@ -106,6 +136,15 @@ def _lock_postgres(url: str, owner: str) -> StoreLock:
         conn.execute(
             text("SELECT set_config('application_name', :name, false)"), {"name": owner[:63]}
         )
+        # The server's side of the keepalive: it ends the session of a holder gone silent.
+        for name, value in (
+            ("tcp_keepalives_idle", idle),
+            ("tcp_keepalives_interval", interval),
+            ("tcp_keepalives_count", count),
+        ):
+            conn.execute(
+                text("SELECT set_config(:name, :value, false)"), {"name": name, "value": str(value)}
+            )
         taken = conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar()
         conn.commit()
         if not taken:
@@ -118,11 +157,23 @@ def _lock_postgres(url: str, owner: str) -> StoreLock:
         engine.dispose()
         raise
 
+    guard = threading.Lock()  # one statement at a time on the lock's connection
+
+    def alive() -> bool:
+        with guard:
+            try:
+                conn.execute(text("SELECT 1"))
+                conn.commit()
+            except Exception:
+                return False
+            return True
+
     def release() -> None:
-        conn.close()  # ending the session drops its advisory lock
+        with guard:
+            conn.close()  # ending the session drops its advisory lock
         engine.dispose()
 
-    return StoreLock(release)
+    return StoreLock(release, alive)
 
 
 def _postgres_holder(conn: Connection, key: int) -> str:

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Depends, Header, Query
 
-from api.deps import CallerDep, JobIdPath, ServiceDep, SessionDep, TenantDep
+from api.deps import (
+    CallerDep,
+    JobIdPath,
+    ServiceDep,
+    SessionDep,
+    TenantDep,
+    bearer_token,
+    caller_of,
+)
 from api.errors import NotFound
 from api.inputs import check_resubmission, job_size
 from api.jobviews import job_public
@@ -18,32 +26,37 @@ from api.store import create_job, get_job, list_jobs
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 
+# One thread hop, with the session opened and closed inside it: a request never holds a pooled
+# connection while it waits for a thread (under load that deadlocked the pool).
 @router.post("", status_code=201, summary="submit a job")
 def submit(
     spec: JobCreate,
-    tenant: TenantDep,
-    session: SessionDep,
+    api_token: Annotated[str, Depends(bearer_token)],
     service: ServiceDep,
     idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
 ) -> JobCreated:
-    """The queued or admitted job and its join token (shown only here; a retry with the same
-    ``Idempotency-Key`` returns the same job with ``join_token`` null; 422 when its body
-    differs)."""
-    gradient_bytes = job_size(spec, limit=service.settings.max_gradient_bytes)
-    job, token = create_job(
-        session,
-        tenant_id=tenant.id,
-        spec=spec,
-        gradient_bytes=gradient_bytes,
-        window=spec.window or service.settings.window,
-        client_key=idempotency_key,
-    )
-    if token is None:
-        check_resubmission(job, spec, gradient_bytes=gradient_bytes)
-    if token is not None:
-        service.coordinator.reschedule()
-    session.refresh(job)
-    service.coordinator.publish_jobs([job])
+    """The job, stored and queued, and its join token (shown only here; a retry with the same
+    ``Idempotency-Key`` returns the same job, as it is now, with ``join_token`` null; 422 when
+    its body differs). The answer does not wait for a decision round: a new job is
+    ``queued`` with ``queue_reason`` ``scheduling`` until the next round (within
+    milliseconds) admits it or says why it waits; ``GET /jobs/{id}``, the event stream and the
+    workers' join show the outcome."""
+    with service.sessions() as session:
+        tenant = caller_of(session, api_token).tenant
+        gradient_bytes = job_size(spec, limit=service.settings.max_gradient_bytes)
+        job, token = create_job(
+            session,
+            tenant_id=tenant.id,
+            spec=spec,
+            gradient_bytes=gradient_bytes,
+            window=spec.window or service.settings.window,
+            client_key=idempotency_key,
+        )
+        if token is None:
+            check_resubmission(job, spec, gradient_bytes=gradient_bytes)
+        else:
+            service.coordinator.reschedule(wait=False)
+            service.coordinator.publish_jobs([job])
     public = job_public(job, service.coordinator.queue_reasons, JobPublic)
     return JobCreated.model_validate({**public.model_dump(), "join_token": token})
 

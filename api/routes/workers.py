@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from anyio import to_thread
+from fastapi import APIRouter, Depends, Request
 
-from api.deps import JobIdPath, JoinedJobDep, ServiceDep, WorkerIdPath
+from api.deps import JobIdPath, JoinedJobDep, ServiceDep, WorkerIdPath, get_joined_job, join_token
 from api.errors import Conflict
 from api.inputs import check_data_address
 from api.rendezvous import heartbeat, join, report_progress
@@ -15,7 +16,9 @@ from api.routes import not_found
 from api.schemas import WorkerJoin, WorkerJoinRequest, WorkerProgress, WorkerState
 
 # A worker started right after its job's submission may find it still queued; holding the join
-# a few seconds spares it a retry loop (its HTTP client waits 10 s).
+# a few seconds spares it a retry loop (its HTTP client waits 10 s). The hold is an await on
+# the job's next change (`api.rounds.JobWaiters`), not a thread: a queued job's workers cost
+# no request thread and no database connection while they wait.
 JOIN_WAIT_S = 5.0
 
 router = APIRouter(prefix="/jobs/{job_id}/workers", tags=["workers"])
@@ -26,11 +29,25 @@ CONFLICT: dict[int | str, dict[str, Any]] = {
 }
 
 
+async def joined_job_id(
+    job_id: JobIdPath, token: Annotated[str, Depends(join_token)], service: ServiceDep
+) -> int:
+    """`job_id` once `token` is its join token (404, 401), checked in a session that is closed
+    before the join waits."""
+
+    def check() -> None:
+        with service.sessions() as session:
+            get_joined_job(job_id, session, token)
+
+    await to_thread.run_sync(check)
+    return job_id
+
+
 @router.post("", status_code=201, responses=CONFLICT, summary="join a job")
-def join_job(
+async def join_job(
     job_id: JobIdPath,
     body: WorkerJoinRequest,
-    job: JoinedJobDep,
+    joined: Annotated[int, Depends(joined_job_id)],
     service: ServiceDep,
     request: Request,
 ) -> WorkerJoin:
@@ -38,7 +55,8 @@ def join_job(
     A job still waiting for switch memory answers after a short wait, or 409 ``queued``.
     422 for a `data_host` that is not the request's source address nor in the service's
     ``worker_networks``, that is not unicast, or for the service's own address."""
-    topology = service.coordinator.topology
+    coord = service.coordinator
+    topology = coord.topology
     own = [(e.host, e.port) for e in (topology.switch_data, topology.ps)]
     server = request.scope.get("server")
     if server and server[1] is not None:
@@ -52,12 +70,13 @@ def join_job(
     )
     deadline = time.monotonic() + JOIN_WAIT_S
     while True:
-        try:
-            return join(service.coordinator, job_id=job.id, request=body)
-        except Conflict as exc:
-            if exc.state != "queued" or time.monotonic() > deadline:
-                raise
-        time.sleep(0.2)
+        with coord.waiters.watch(job_id) as changed:
+            try:
+                return await to_thread.run_sync(lambda: join(coord, job_id=job_id, request=body))
+            except Conflict as exc:
+                if exc.state != "queued" or time.monotonic() > deadline:
+                    raise
+            await changed(deadline - time.monotonic())
 
 
 @router.post("/{worker_id}/heartbeat", responses=CONFLICT, summary="worker is alive")

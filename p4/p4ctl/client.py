@@ -22,16 +22,24 @@ What the switch holds is the truth: the client reads the port table, the worker 
 job table when it connects, so a restarted service resumes with the switch as it left it. The
 first `install_job` of a client also installs (or rewrites) clone session `CLONE_SESSION`, which
 the P4 program's two-packet cases need.
+
+Election: the client arbitrates with `election_id` (high, low); the switch makes it primary if
+that is at least the highest election id it has seen, else a backup, which may read but whose
+writes raise `NotPrimary`. ``election_id=None`` connects as a backup that gives no election id
+(a reader: it never takes primacy from a running service). `is_primary` follows the switch's
+arbitration updates on the stream.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 
 import grpc
+from google.rpc import code_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2 as p4rt
 from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException
@@ -78,6 +86,9 @@ SourceEntry = tuple[str, int, int]
 # sent (egress_rewrite.p4), so it never leaves on this port; port 0 is the port `PortMap` never
 # gives an endpoint, so a clone that did leave would reach no host.
 CLONE_PORT = 0
+# How long the switch has to answer the stream's first arbitration message.
+ARBITRATION_TIMEOUT_S = 5.0
+Election = tuple[int, int]
 
 
 class SwitchClient:
@@ -92,7 +103,7 @@ class SwitchClient:
         self,
         address: str,
         device_id: int = 0,
-        election_id: tuple[int, int] = (0, 1),
+        election_id: Election | None = (0, 1),
         aggregators: int | None = None,
         lanes: int | None = None,
         *,
@@ -103,7 +114,7 @@ class SwitchClient:
         self._lock = threading.RLock()
         # Written with the first install_job, not on connect: a backup controller may not write.
         self._clone_session_installed = False
-        self._shell = _connect(device_id, address, election_id)
+        self._shell: _Shell | None = _connect(device_id, address, election_id)
         self._thrift: ThriftRegisters | None = None
         try:
             info = self._pipeline(aggregators, lanes, device_config)
@@ -113,7 +124,7 @@ class SwitchClient:
             self._load()
             self.registers, self.registers_unavailable = self._register_access(register_thrift)
         except BaseException:
-            self._shell.tear_down()
+            self.shell.tear_down()
             raise
 
     # ------------------------------------------------------------------ SwitchBackend
@@ -295,6 +306,22 @@ class SwitchClient:
                 cells[entry.index.index] = entry.data.packet_count
             return counters_from(jobs, drops)
 
+    @property
+    def is_primary(self) -> bool:
+        """Whether the switch's latest arbitration update on this client's stream says it is
+        primary (False once the stream has ended)."""
+        shell = self.shell
+        inbox = shell.stream_in_q["arbitration"]
+        while True:
+            try:
+                message = inbox.get_nowait()
+            except queue.Empty:
+                break
+            shell.arbitration = None if message is None else message.arbitration
+            if message is None:
+                break
+        return shell.arbitration is not None and shell.arbitration.status.code == code_pb2.OK
+
     def close(self) -> None:
         """End the stream and close the channel; safe to call twice."""
         with self._lock:
@@ -328,6 +355,11 @@ class SwitchClient:
                 raise self._mapped(exc.grpc_error) from None
             running = None
         if running is None or not running.tables:
+            if self.shell.election_id is None:
+                raise SwitchError(
+                    f"switch {self.address} runs no pipeline yet, and a reader (no election id) "
+                    "may not set one"
+                )
             sizing = Sizing(aggregators or DEFAULT_AGGREGATORS, lanes or DEFAULT_LANES)
             return self._set_pipeline(build_p4info(sizing), device_config)
         names = P4Names(running)
@@ -356,7 +388,7 @@ class SwitchClient:
             device_id=self.shell.device_id,
             action=p4rt.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
         )
-        request.election_id.high, request.election_id.low = self.shell.election_id
+        _set_election(request.election_id, self.shell.election_id)
         request.config.p4info.CopyFrom(info)
         request.config.p4_device_config = device_config
         try:
@@ -459,7 +491,7 @@ class SwitchClient:
     # ------------------------------------------------------------------ entities
 
     @property
-    def shell(self) -> P4RuntimeClient:
+    def shell(self) -> _Shell:
         if self._shell is None:
             raise SwitchUnavailable(self.address, "the client is closed")
         return self._shell
@@ -543,7 +575,7 @@ class SwitchClient:
         """Write one batch; returns the per-update errors of code `tolerate`, raises others."""
         shell = self.shell
         request = p4rt.WriteRequest(device_id=shell.device_id)
-        request.election_id.high, request.election_id.low = shell.election_id
+        _set_election(request.election_id, shell.election_id)
         for entity in entities:
             request.updates.add(type=op, entity=entity)
         try:
@@ -595,21 +627,60 @@ def set_job_params(cfg: JobConfig) -> dict[str, int]:
     }
 
 
-def _connect(device_id: int, address: str, election_id: tuple[int, int]) -> P4RuntimeClient:
-    """A connected shell client; its ``sys.exit`` on a failed handshake becomes an exception."""
-    shell = P4RuntimeClient.__new__(P4RuntimeClient)
+def _set_election(field: p4rt.Uint128, election: Election | None) -> None:
+    """Fill a request's election id; a backup without one leaves it unset (and is refused)."""
+    if election is not None:
+        field.high, field.low = election
+
+
+class _Shell(P4RuntimeClient):  # type: ignore[misc]
+    """p4runtime-shell's client with a handshake that neither prints nor exits: it keeps the
+    switch's answer (`arbitration`, None without one) and may give no election id."""
+
+    arbitration: p4rt.MasterArbitrationUpdate | None = None
+
+    def handshake(self) -> None:
+        request = p4rt.StreamMessageRequest()
+        request.arbitration.device_id = self.device_id
+        _set_election(request.arbitration.election_id, self.election_id)
+        self.stream_out_q.put(request)
+        reply = self.get_stream_packet("arbitration", timeout=ARBITRATION_TIMEOUT_S)
+        self.arbitration = None if reply is None else reply.arbitration
+        role = "primary" if self.arbitration and self.arbitration.status.code == 0 else "backup"
+        log.debug("P4Runtime session with device %d: %s", self.device_id, role)
+
+
+def _connect(device_id: int, address: str, election_id: Election | None) -> _Shell:
+    """A connected shell client; a refused or unanswered arbitration raises `SwitchError`."""
+    shell = _Shell.__new__(_Shell)
     try:
-        shell.__init__(device_id, address, election_id)
+        shell.__init__(device_id, address, election_id)  # type: ignore[misc]
     except SystemExit:
-        # Keep the reference so that the half-open channel does not outlive the failure.
-        channel = getattr(shell, "channel", None)
-        if channel is not None:
-            queue_out = getattr(shell, "stream_out_q", None)
-            if queue_out is not None:
-                queue_out.put(None)
-            channel.close()
-        thread = getattr(shell, "stream_recv_thread", None)
-        if thread is not None:
-            thread.join()
-        raise SwitchUnavailable(address, "no P4Runtime session (no arbitration answer)") from None
+        # Only the channel set-up still exits; keep the reference so that the half-open
+        # channel does not outlive the failure.
+        _abandon(shell)
+        raise SwitchUnavailable(address, "no P4Runtime channel") from None
+    if shell.arbitration is None:
+        stream = getattr(shell, "stream", None)
+        _abandon(shell)
+        if stream is not None and stream.done() and stream.code() != grpc.StatusCode.OK:
+            # The switch ended the stream: another device id, an election id in use.
+            code = stream.code()
+            if code == grpc.StatusCode.UNAVAILABLE:
+                raise SwitchUnavailable(address, f"{code.name}: {stream.details()}")
+            raise SwitchError(f"switch {address}: {code.name}: {stream.details()}")
+        raise SwitchUnavailable(address, "no P4Runtime session (no arbitration answer)")
     return shell
+
+
+def _abandon(shell: P4RuntimeClient) -> None:
+    """Close what a failed handshake left open."""
+    channel = getattr(shell, "channel", None)
+    if channel is not None:
+        queue_out = getattr(shell, "stream_out_q", None)
+        if queue_out is not None:
+            queue_out.put(None)
+        channel.close()
+    thread = getattr(shell, "stream_recv_thread", None)
+    if thread is not None:
+        thread.join()

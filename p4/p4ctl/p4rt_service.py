@@ -3,11 +3,15 @@
 Supported: Capabilities; Set/GetForwardingPipelineConfig (only the inasched P4Info for this
 switch's sizing is accepted; anything else is refused with INVALID_ARGUMENT naming the first
 difference); Write/Read of table entries, registers, counters, multicast groups and clone
-session `CLONE_SESSION` (`p4ctl.replication`); StreamChannel with primary election: the stream with
-the highest election id is primary, and a Write or pipeline change whose election id is not the
-primary's is refused with PERMISSION_DENIED. Per-update Write errors travel as P4Runtime
-specifies: status UNKNOWN with a ``google.rpc.Status`` of one ``p4.v1.Error`` per update in the
-trailing metadata.
+session `CLONE_SESSION` (`p4ctl.replication`); StreamChannel with arbitration as P4Runtime specifies
+it for the default role: a controller whose election id is at least the highest the switch has
+seen becomes primary, every other one is a backup (ALREADY_EXISTS while there is a primary,
+NOT_FOUND when there is none, e.g. after the primary's stream ended), every controller hears of
+each change of primary, an election id already in use or another device id ends the stream
+(INVALID_ARGUMENT, NOT_FOUND), and a Write or pipeline change whose election id is not the
+primary's is refused with PERMISSION_DENIED; anyone may Read. Per-update Write errors travel
+as P4Runtime specifies: status UNKNOWN with a ``google.rpc.Status`` of one ``p4.v1.Error`` per
+update in the trailing metadata.
 
 Two options make the service answer as PI, the P4Runtime server of BMv2's ``simple_switch_grpc``,
 does, so that the control plane is tested against that target without it:
@@ -74,10 +78,13 @@ def first_difference(got: Message, want: Message, path: str = "p4info") -> str |
 
 
 class _Stream:
-    """One StreamChannel: its election id and the queue of messages to send on it."""
+    """One StreamChannel: its election id (None: a backup that gave none), the queue of
+    messages to send on it, and the status that ends it when an arbitration was refused."""
 
     def __init__(self) -> None:
+        self.arbitrated = False
         self.election: Election | None = None
+        self.refusal: tuple[grpc.StatusCode, str] | None = None
         self.outbox: queue.Queue[p4rt.StreamMessageResponse | None] = queue.Queue()
 
 
@@ -102,6 +109,8 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):  # type: ignore[mi
         self._entities = Entities(pipeline, self._expected)
         self._lock = threading.Lock()
         self._streams: list[_Stream] = []
+        self._primary: _Stream | None = None
+        self._highest: Election | None = None  # the highest election id ever seen
         self._readers: list[threading.Thread] = []
 
     def close(self) -> None:
@@ -109,6 +118,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):  # type: ignore[mi
         with self._lock:
             streams, self._streams = self._streams, []
             readers, self._readers = self._readers, []
+            self._primary = None
         for stream in streams:
             stream.outbox.put(None)
         for reader in readers:
@@ -281,77 +291,119 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):  # type: ignore[mi
         reader.start()
         while (message := stream.outbox.get()) is not None:
             yield message
+        if stream.refusal is not None:
+            _abort(context, *stream.refusal)
 
     # ------------------------------------------------------------------ arbitration
+    # The P4Runtime specification, "Client Arbitration and Controller Replication", for the
+    # default role: the primary is the controller whose election id is at least the highest
+    # the device has ever seen (`_highest`), so a controller that comes back after a newer
+    # one has written stays a backup; a controller with no election id is a backup.
 
     def _read_stream(self, stream: _Stream, requests: Iterator[p4rt.StreamMessageRequest]) -> None:
         try:
             for request in requests:
                 if request.HasField("arbitration"):
-                    self._arbitrate(stream, request.arbitration)
+                    refusal = self._arbitrate(stream, request.arbitration)
+                    if refusal is not None:
+                        stream.refusal = refusal
+                        break
                 else:
                     log.debug("ignoring stream message %s", request.WhichOneof("update"))
         except grpc.RpcError:
             pass  # the client went away; the stream ends the same way
         finally:
             with self._lock:
-                was_primary = self._primary() is stream
                 if stream in self._streams:
                     self._streams.remove(stream)
-                if was_primary:
-                    self._announce()
+                if self._primary is stream:
+                    self._primary = None
+                    self._announce(self._streams)
                 if threading.current_thread() in self._readers:
                     self._readers.remove(threading.current_thread())
             stream.outbox.put(None)
 
-    def _arbitrate(self, stream: _Stream, update: p4rt.MasterArbitrationUpdate) -> None:
+    def _arbitrate(
+        self, stream: _Stream, update: p4rt.MasterArbitrationUpdate
+    ) -> tuple[grpc.StatusCode, str] | None:
+        """Apply one MasterArbitrationUpdate; a refusal ends the stream with its status."""
         with self._lock:
             if update.device_id != self.device_id:
-                reply = p4rt.StreamMessageResponse()
-                reply.arbitration.CopyFrom(update)
-                reply.arbitration.status.code = code_pb2.NOT_FOUND
-                reply.arbitration.status.message = f"no device {update.device_id}"
-                stream.outbox.put(reply)
-                return
-            stream.election = (update.election_id.high, update.election_id.low)
-            self._announce()
+                code = (
+                    grpc.StatusCode.NOT_FOUND
+                    if not stream.arbitrated
+                    else grpc.StatusCode.FAILED_PRECONDITION
+                )
+                return code, f"no device {update.device_id}; this switch is device {self.device_id}"
+            if update.role.name or update.role.HasField("config"):
+                return (
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"role {update.role.name!r}: this switch serves only the default role",
+                )
+            election = (
+                (update.election_id.high, update.election_id.low)
+                if update.HasField("election_id")
+                else None
+            )
+            if election is not None and any(
+                s.election == election for s in self._streams if s is not stream
+            ):
+                return (
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"election id {election} is already used by another controller",
+                )
+            stream.arbitrated = True
+            stream.election = election
+            was_primary = self._primary is stream
+            if election is not None and (self._highest is None or election >= self._highest):
+                self._highest = election
+                self._primary = stream
+                # Every controller hears of a new (or confirmed) primary, the primary last.
+                others = [s for s in self._streams if s is not stream]
+                self._announce([*others, stream])
+            elif was_primary:  # it gave up primacy: now nobody holds it
+                self._primary = None
+                self._announce(self._streams)
+            else:
+                self._announce([stream])
+            return None
 
-    def _primary(self) -> _Stream | None:
-        elected = [s for s in self._streams if s.election is not None]
-        return max(elected, key=lambda s: s.election or (0, 0), default=None)
-
-    def _announce(self) -> None:
-        """Tell every stream who is primary (called with the lock held)."""
-        primary = self._primary()
-        for stream in self._streams:
-            if stream.election is None or primary is None or primary.election is None:
+    def _announce(self, streams: list[_Stream]) -> None:
+        """Send `streams` the advisory MasterArbitrationUpdate (called with the lock held)."""
+        for stream in streams:
+            if not stream.arbitrated:
                 continue
             reply = p4rt.StreamMessageResponse()
             arbitration = reply.arbitration
             arbitration.device_id = self.device_id
-            arbitration.election_id.high, arbitration.election_id.low = primary.election
-            if stream is primary:
+            if self._highest is not None:
+                arbitration.election_id.high, arbitration.election_id.low = self._highest
+            if stream is self._primary:
                 arbitration.status.code = code_pb2.OK
                 arbitration.status.message = "primary"
-            else:
+            elif self._primary is not None:
                 arbitration.status.code = code_pb2.ALREADY_EXISTS
-                arbitration.status.message = "backup: a controller with a higher election id exists"
+                arbitration.status.message = "backup: another controller is primary"
+            else:
+                arbitration.status.code = code_pb2.NOT_FOUND
+                arbitration.status.message = "backup: no controller is primary"
             stream.outbox.put(reply)
 
     def _check_primary(self, election: p4rt.Uint128, context: grpc.ServicerContext) -> None:
-        primary = self._primary()
+        primary = self._primary
         given = (election.high, election.low)
         if primary is None or primary.election != given:
             holder = (
-                "no controller has arbitrated"
+                "no controller is primary"
                 if primary is None
-                else (f"primary holds election id {primary.election}")
+                else f"primary holds election id {primary.election}"
             )
             _abort(
                 context,
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"election id {given} is not primary ({holder}); open a StreamChannel and "
-                "arbitrate with a higher election id to write",
+                "arbitrate with an election id at least the highest this switch has seen "
+                f"({self._highest}) to write",
             )
 
     def _check_device(self, device_id: int, context: grpc.ServicerContext) -> None:

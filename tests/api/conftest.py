@@ -78,6 +78,32 @@ def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 20.0) 
         time.sleep(0.02)
 
 
+def undecided(job: dict[str, object]) -> bool:
+    """True while no decision round has seen `job` (a ``JobPublic`` body) and committed: POST
+    /jobs answers before the round that admits the job or says why it waits."""
+    reason = job.get("queue_reason")
+    if job["state"] != "queued" or not isinstance(reason, dict):
+        return False
+    # The round records why a job waits as it decides and stores it when it commits.
+    return reason["kind"] == "scheduling" or job.get("reason") != reason["message"]
+
+
+def decided(
+    client: httpx.Client, job: dict[str, object], headers: dict[str, str]
+) -> dict[str, object]:
+    """`job` (POST /jobs's answer) as the first decision round about it left it, with the
+    answer's join token."""
+    seen: dict[str, object] = job
+
+    def look() -> bool:
+        nonlocal seen
+        seen = client.get(f"/jobs/{job['id']}", headers=headers).json()
+        return not undecided(seen)
+
+    wait_for(look, f"a decision round about job {job['id']}")
+    return {**seen, "join_token": job.get("join_token")}
+
+
 class LiveServer:
     """`app` served by uvicorn on an ephemeral loopback port in a thread (its lifespan runs)."""
 
@@ -115,14 +141,16 @@ class Api:
     def auth(self, token: str | None = None) -> dict[str, str]:
         return {"Authorization": f"Bearer {token or self.token}"}
 
-    def submit(self, **fields: object) -> dict[str, object]:
+    def submit(self, *, answer: bool = False, **fields: object) -> dict[str, object]:
+        """The job once a decision round has seen it (with its join token); with `answer`,
+        POST /jobs's own answer."""
         body = {"name": "job", "n_workers": 2, "iterations": 3, "gradient_bytes": 4096}
         body.update(fields)
         body = {k: v for k, v in body.items() if v is not None}
         response = self.client.post("/jobs", json=body, headers=self.auth())
         assert response.status_code == 201, response.text
         result: dict[str, object] = response.json()
-        return result
+        return result if answer else decided(self.client, result, self.auth())
 
 
 def make_api(settings: Settings) -> Iterator[Api]:

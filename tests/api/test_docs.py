@@ -54,7 +54,7 @@ def test_every_route_declares_the_token_it_takes(api: Api) -> None:
     schemes = spec["components"]["securitySchemes"]
     assert schemes["tenantToken"] == schemes["tenantToken"] | {"type": "http", "scheme": "bearer"}
     assert schemes["joinToken"] == schemes["joinToken"] | {"type": "http", "scheme": "bearer"}
-    public = {("get", "/healthz"), ("get", "/metrics")}
+    public = {("get", "/healthz"), ("get", "/leader"), ("get", "/metrics")}
     for path, operations in spec["paths"].items():
         for method, operation in operations.items():
             names = {name for req in operation.get("security", []) for name in req}

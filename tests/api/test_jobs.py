@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from tests.api.conftest import Api, wait_for
+from tests.api.conftest import Api, decided, wait_for
 
 
-def test_submitted_job_is_admitted_and_installed_on_the_switch(api: Api) -> None:
-    job = api.submit(
-        name="resnet", model="ResNet-50", gradient_bytes=None, n_workers=4, iterations=10
-    )
+def test_submission_answers_queued_and_the_next_round_admits_and_installs(api: Api) -> None:
+    answer = api.submit(
+        answer=True, name="resnet", model="ResNet-50", gradient_bytes=None, n_workers=4,
+        iterations=10,
+    )  # fmt: skip
+    assert answer["state"] == "queued" and answer["policy"] is None
+    assert answer["queue_reason"] == {
+        "kind": "scheduling",
+        "message": "waiting for the scheduler's next decision round",
+        "slots": None,
+    }
+    job = decided(api.client, answer, api.auth())
     assert job["state"] == "admitted"
     assert job["policy"] == "esa"
     assert isinstance(job["join_token"], str) and job["join_token"]

@@ -19,7 +19,7 @@ from api.app import create_app
 from api.models import Job
 from api.settings import Settings
 from api.store import create_tenant_token
-from tests.api.conftest import LiveServer, wait_for
+from tests.api.conftest import LiveServer, decided, wait_for
 
 
 @dataclass
@@ -36,7 +36,7 @@ class Service:
         body = {"name": "job", "n_workers": 2, "iterations": 3, "gradient_bytes": 4096, **fields}
         response = self.client.post("/jobs", json=body, headers=self.auth(who))
         assert response.status_code == 201, response.text
-        created: dict[str, Any] = response.json()
+        created: dict[str, Any] = decided(self.client, response.json(), self.auth(who))
         return created
 
     def job(self, job_id: int) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from api.counters import OTHER_TENANTS
 from api.models import Job
 from api.settings import Settings
 from api.store import create_tenant_token
-from tests.api.conftest import LiveServer, wait_for
+from tests.api.conftest import LiveServer, decided, wait_for
 
 METRICS_TOKEN = "scrape-secret-0123456789"
 
@@ -48,7 +48,7 @@ class Service:
         body = {"name": name, "n_workers": 2, "iterations": 3, "gradient_bytes": 4096}
         response = self.client.post("/jobs", json=body, headers=self.auth(who))
         assert response.status_code == 201, response.text
-        created: dict[str, Any] = response.json()
+        created: dict[str, Any] = decided(self.client, response.json(), self.auth(who))
         return created
 
     def switch_job_id(self, job_id: int) -> int:

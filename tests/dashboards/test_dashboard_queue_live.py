@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.api.conftest import undecided, wait_for
 from tests.dashboards.conftest import serve
 
 pytestmark = pytest.mark.browser
@@ -51,7 +52,17 @@ def submit(url: str, token: str, name: str, window: int) -> dict[str, Any]:
         timeout=30,
     )
     assert response.status_code == 201, response.text
+    # POST /jobs answers before the decision round about the job: return the job as that
+    # round left it (admitted, queued with its reason, or failed).
     job: dict[str, Any] = response.json()
+    headers = {"Authorization": f"Bearer {token}"}
+
+    def look() -> bool:
+        nonlocal job
+        job = httpx.get(f"{url}/jobs/{job['id']}", headers=headers, timeout=30).json()
+        return not undecided(job)
+
+    wait_for(look, f"a decision round about job {job['id']}")
     return job
 
 

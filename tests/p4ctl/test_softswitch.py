@@ -1,4 +1,5 @@
-"""The soft switch as a P4Runtime target: p4runtime-shell's client, election, injected loss."""
+"""The soft switch as a P4Runtime target: p4runtime-shell's client, injected loss (election:
+test_arbitration)."""
 
 from __future__ import annotations
 
@@ -166,36 +167,6 @@ def test_wildcard_register_read_returns_the_whole_array(soft_switch: SoftSwitch)
         assert cells[5].register_entry.data.bitstring == (2**32 - 2).to_bytes(4, "big")
     finally:
         shell.tear_down()
-
-
-def test_lower_election_id_cannot_write(soft_switch: SoftSwitch) -> None:
-    primary = P4RuntimeClient(0, soft_switch.p4runtime_address, (0, 5))
-    backup = P4RuntimeClient(0, soft_switch.p4runtime_address, (0, 2))
-    try:
-        _set_pipeline(primary)
-        with pytest.raises(grpc.RpcError) as denied:
-            _write(backup, NAMES.register_entry("agg_count", 1, 1), p4rt.Update.MODIFY)
-        assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
-        with pytest.raises(grpc.RpcError) as denied:
-            _set_pipeline(backup)
-        assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
-        _write(primary, NAMES.register_entry("agg_count", 1, 1), p4rt.Update.MODIFY)
-    finally:
-        backup.tear_down()
-        primary.tear_down()
-
-
-def test_backup_becomes_primary_when_the_primary_leaves(soft_switch: SoftSwitch) -> None:
-    primary = P4RuntimeClient(0, soft_switch.p4runtime_address, (0, 5))
-    backup = P4RuntimeClient(0, soft_switch.p4runtime_address, (0, 2))
-    try:
-        _set_pipeline(primary)
-        primary.tear_down()
-        update = backup.get_stream_packet("arbitration", timeout=10)
-        assert update is not None and update.arbitration.status.code == 0
-        _write(backup, NAMES.register_entry("agg_count", 1, 1), p4rt.Update.MODIFY)
-    finally:
-        backup.tear_down()
 
 
 def test_pipeline_of_another_sizing_is_refused_with_the_difference(

@@ -1,0 +1,237 @@
+"""What makes a decision round cost in proportion to what changed, not to the jobs in the store.
+
+`ActiveJobs` keeps the rows a round sees (every live job, and ended jobs still holding a switch
+job id) in memory and re-reads only the jobs whose rows were committed since the last round:
+a listener on the service's session factory collects the ids of the `Job` rows each
+transaction flushed and hands them over once it commits. `ActiveJobs.to_load` picks the few
+jobs a round's decisions will write, so that a queued job whose reason did not change is never
+loaded as an ORM object (`api.jobstore.SqlJobStore` answers for it from its row). `JobWaiters`
+lets an async request wait for a job to change (a worker joining a queued job) without holding
+a thread.
+
+Profile, before (``python -m bench.api --quick``, 50 clients, atp, in-memory switch; a
+sampler of every thread's stack in the service process; 2 cores shared with other work):
+14.7-15.0 submissions/s, p99 30.5 s, 19-26 of 500 requests failed, on SQLite and PostgreSQL.
+Every POST /jobs held its session (a pooled connection) while it waited for the decision round
+it asked for (``reschedule(wait=True)``); 50 clients took all 30 connections and the decide
+thread waited 30 s for one. With 300 jobs (no pool exhaustion): 94/s, p99 2.1 s; request
+threads spent 90% of their samples waiting for rounds, and each round selected every active
+row and built a view of it; at 5,000 active jobs a round also loaded every queued job as an ORM
+object, to write the reason it already had (185-250 ms a round, 1-3 s after a change of many
+reasons). Joins slept in a request thread (``time.sleep(0.2)`` for up to 5 s).
+
+After: POST /jobs answers once the job is stored (``queued``, ``queue_reason`` ``scheduling``)
+and asks for a round without waiting; its session lives inside one thread hop. The join waits
+on `JobWaiters`. A round re-reads only changed rows and loads only the jobs it changes: 2-8 ms
+at 100-1,000 active jobs, 43-53 ms at 5,000 (4,000 queued), against 126-185 ms for the same
+round after a full read. Under load the service is CPU-bound, about 3.5 ms of CPU per
+submission: the job store (in-process, no load: 0.5 ms to check the token, 0.9 ms to insert and
+commit on SQLite), FastAPI and h11, and the rounds; SQLite writers no longer sleep in its busy
+handler (`api.db`). Figures in the README (``bench.api``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy import Row, event, or_, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.jobviews import VIEW_COLUMNS, QueueReasons, job_view
+from api.models import Job
+from scheduler.applier import SwitchIds
+from scheduler.memory import JobState
+from scheduler.snapshot import Admit, Decision, JobView, Queue
+
+__all__ = ["ACTIVE", "ROUND_COLUMNS", "TERMINAL", "ActiveJobs", "JobWaiters"]
+
+# A round's view of a job, and the reason stored on its row (to skip rewriting it).
+ROUND_COLUMNS = (*VIEW_COLUMNS, Job.reason)
+_PENDING = "inasched_flushed_jobs"
+_CHUNK = 500  # ids per IN (...): under every database's parameter limit
+ACTIVE = tuple(s for s in JobState if not s.terminal)
+TERMINAL = tuple(s for s in JobState if s.terminal)
+
+
+class ActiveJobs:
+    """The jobs a decision round sees, kept up to date from the commits of `sessions`: their
+    rows (`ROUND_COLUMNS`), `JobView`s, tenants, and which are queued or ended.
+
+    The first `refresh` (and the one after `reload`) selects them all; later ones select only
+    the jobs committed since, so a round costs no query per unchanged job and builds no view
+    for it. Only sessions of `sessions` are seen: whatever writes the store some other way
+    must `reload` (the coordinator does every `FULL_READ_S` in case)."""
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self.sessions = sessions
+        self.rows: dict[int, Row[Any]] = {}
+        self.views: dict[int, JobView] = {}
+        self.tenant_of: dict[int, int] = {}
+        self.queued: set[int] = set()
+        self.ended: set[int] = set()  # ended, still holding a switch job id
+        self._lock = threading.Lock()
+        self._committed: set[int] = set()
+        self._full = True
+        self._hooks = (
+            ("after_flush", self._flushed),
+            ("after_commit", self._commit),
+            ("after_rollback", self._rollback),
+        )
+        for name, hook in self._hooks:
+            event.listen(sessions, name, hook)
+
+    def close(self) -> None:
+        """Stop listening to the session factory."""
+        for name, hook in self._hooks:
+            if event.contains(self.sessions, name, hook):
+                event.remove(self.sessions, name, hook)
+
+    def _flushed(self, session: Session, _context: object) -> None:
+        ids = {o.id for o in (*session.new, *session.dirty, *session.deleted) if isinstance(o, Job)}
+        if ids:
+            session.info.setdefault(_PENDING, set()).update(ids)
+
+    def _commit(self, session: Session) -> None:
+        ids = session.info.pop(_PENDING, None)
+        if ids:
+            with self._lock:
+                self._committed |= ids
+
+    def _rollback(self, session: Session) -> None:
+        session.info.pop(_PENDING, None)
+
+    def reload(self) -> None:
+        """Have the next `refresh` select every row again."""
+        with self._lock:
+            self._full = True
+
+    def refresh(self, s: Session) -> None:
+        """Bring everything up to what is committed now, reading only what changed since the
+        last call."""
+        with self._lock:
+            changed, self._committed = self._committed, set()
+            full, self._full = self._full, False
+        if full:
+            rows = s.execute(
+                select(*ROUND_COLUMNS).where(
+                    or_(Job.state.in_(ACTIVE), Job.switch_job_id.is_not(None))
+                )
+            ).all()
+            before, views = self.rows, self.views
+            self.rows, self.views, self.tenant_of = {}, {}, {}
+            self.queued, self.ended = set(), set()
+            for r in rows:
+                self._keep(r, views.get(r.id) if before.get(r.id) == r else None)
+            return
+        ordered = sorted(changed)
+        for i in range(0, len(ordered), _CHUNK):
+            chunk = ordered[i : i + _CHUNK]
+            found = s.execute(select(*ROUND_COLUMNS).where(Job.id.in_(chunk))).all()
+            for job_id in chunk:
+                self._forget(job_id)
+            for r in found:
+                if r.state in ACTIVE or r.switch_job_id is not None:
+                    self._keep(r)
+
+    def _keep(self, row: Any, view: JobView | None = None) -> None:
+        """Hold `row` (of `ROUND_COLUMNS`) and its `view` (built when None)."""
+        job_id = row.id
+        self.rows[job_id] = row
+        self.views[job_id] = view or job_view(row)
+        self.tenant_of[job_id] = row.tenant_id
+        if row.state == JobState.QUEUED:
+            self.queued.add(job_id)
+        elif row.state in TERMINAL:
+            self.ended.add(job_id)
+
+    def _forget(self, job_id: int) -> None:
+        self.rows.pop(job_id, None)
+        self.views.pop(job_id, None)
+        self.tenant_of.pop(job_id, None)
+        self.queued.discard(job_id)
+        self.ended.discard(job_id)
+
+    def to_load(
+        self, decisions: Sequence[Decision], ids: SwitchIds, reasons: QueueReasons
+    ) -> set[int]:
+        """The jobs a round of `decisions` will write, to load in one query: the `ended` jobs
+        it releases; every decision's job but a wait's whose reason stays as stored; and of
+        the admissions only as many as there are free switch job ids (the others stay queued
+        for want of one, and are loaded only if that changes their reason)."""
+        free = ids.size - len(ids.owners)
+        out = set(self.ended)
+        for d in decisions:
+            if isinstance(d, Queue):
+                row = self.rows.get(d.job_id)
+                if row is not None and row.reason == reasons.queued(d.job_id, d).message:
+                    continue
+            elif isinstance(d, Admit):
+                if free <= 0:
+                    continue
+                free -= 1
+            out.add(d.job_id)
+        return out
+
+    def ordered_views(self, starved: Mapping[int, float]) -> list[JobView]:
+        """Every `JobView` by job id, with the seconds each job starved (the aging input)."""
+        views = self.views
+        out = [views[job_id] for job_id in sorted(views)]
+        if starved:
+            out = [
+                v if (st := starved.get(v.job_id, 0.0)) == v.starved_s else replace(v, starved_s=st)
+                for v in out
+            ]
+        return out
+
+
+class JobWaiters:
+    """Async waits for a change of a job, woken from any thread by `wake`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: dict[int, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = {}
+
+    @contextmanager
+    def watch(self, job_id: int) -> Iterator[Callable[[float], Awaitable[None]]]:
+        """Watch `job_id` from the running loop; yields an awaitable ``wait(timeout_s)`` that
+        returns once the job changed after the watch began, or after `timeout_s`. Watching
+        before checking the job means a change between the check and the wait is not missed."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        entry = (loop, future)
+        with self._lock:
+            self._waiting.setdefault(job_id, []).append(entry)
+
+        async def wait(timeout_s: float) -> None:
+            with suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(future), max(0.0, timeout_s))
+
+        try:
+            yield wait
+        finally:
+            with self._lock:
+                entries = self._waiting.get(job_id, [])
+                if entry in entries:
+                    entries.remove(entry)
+                if not entries:
+                    self._waiting.pop(job_id, None)
+
+    def wake(self, job_ids: Iterable[int]) -> None:
+        """Wake every wait on `job_ids` (a no-op for jobs nobody waits on)."""
+        with self._lock:
+            if not self._waiting:
+                return
+            woken = [e for job_id in job_ids for e in self._waiting.pop(job_id, [])]
+        for loop, future in woken:
+            with suppress(RuntimeError):  # that loop has closed: its request is gone
+                loop.call_soon_threadsafe(_resolve, future)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
