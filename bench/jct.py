@@ -171,13 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.service and not args.token:
         parser.error("--service needs --token")
     command = "inasched bench jct " + shlex.join(args_list)
-    params = BenchParams(seed=args.seed)
     try:
-        for item in args.set:
-            name, sep, value = item.partition("=")
-            if not sep:
-                raise ValueError(f"--set wants PARAM=VALUE, got {item!r}")
-            params = params.with_value(name.strip(), value.strip())
+        params = BenchParams(seed=args.seed).with_settings(args.set)
     except ValueError as exc:
         parser.error(str(exc))
     backend = "emu" if args.emu else "sim"

@@ -101,6 +101,16 @@ class BenchParams:
         except ValueError as exc:
             raise ValueError(f"{name}={raw}: {exc}") from None
 
+    def with_settings(self, items: Sequence[str]) -> BenchParams:
+        """A copy with each ``PARAM=VALUE`` of `items` (``--set``) applied in order."""
+        params = self
+        for item in items:
+            name, sep, value = item.partition("=")
+            if not sep:
+                raise ValueError(f"--set wants PARAM=VALUE, got {item!r}")
+            params = params.with_value(name.strip(), value.strip())
+        return params
+
 
 def _number(name: str, raw: str, kind: type[int] | type[float]) -> int | float:
     try:

@@ -138,15 +138,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--json", type=Path, help="also write the speed figures to this file")
     args = parser.parse_args(argv)
-    params = BenchParams()
-    for item in args.set:
-        name, sep, value = item.partition("=")
-        if not sep:
-            parser.error(f"--set wants PARAM=VALUE, got {item!r}")
-        try:
-            params = params.with_value(name.strip(), value.strip())
-        except ValueError as exc:
-            parser.error(str(exc))
+    try:
+        params = BenchParams().with_settings(args.set)
+    except ValueError as exc:
+        parser.error(str(exc))
     if not args.validate_only:
         figures = [speed(w.strip(), params) for w in args.workload.split(",") if w.strip()]
         if args.json:

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -76,6 +79,32 @@ def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 20.0) 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
+
+
+def free_port(kind: socket.SocketKind) -> int:
+    """A loopback port of `kind` (``SOCK_STREAM``, ``SOCK_DGRAM``) that is free right now."""
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts TCP connections on loopback `port`."""
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each of `procs` still running, last started first; kill one that has not
+    stopped 30 s later."""
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def undecided(job: dict[str, object]) -> bool:

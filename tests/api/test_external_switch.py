@@ -24,31 +24,20 @@ from api.app import create_app
 from api.cli import main
 from api.settings import Settings
 from api.store import create_tenant_token
-from tests.api.conftest import LiveServer, wait_for
+from tests.api.conftest import LiveServer, free_port, listening, wait_for
 
 DEVICE_ID = 3
-
-
-def _free_port(kind: socket.SocketKind) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 @pytest.fixture
 def switch_process() -> Iterator[tuple[str, str]]:
     """``inasched switch`` with no sizing flags, as a user starts it: (P4Runtime, data)."""
-    grpc_port, data_port = _free_port(socket.SOCK_STREAM), _free_port(socket.SOCK_DGRAM)
+    grpc_port, data_port = free_port(socket.SOCK_STREAM), free_port(socket.SOCK_DGRAM)
     p4rt, data = f"127.0.0.1:{grpc_port}", f"127.0.0.1:{data_port}"
     argv = ["switch", "--p4runtime", p4rt, "--data", data, "--device-id", str(DEVICE_ID)]
     proc = subprocess.Popen([sys.executable, "-m", "api.cli", *argv])
     try:
-        wait_for(lambda: proc.poll() is not None or _listening(grpc_port), "the switch to listen")
+        wait_for(lambda: proc.poll() is not None or listening(grpc_port), "the switch to listen")
         assert proc.poll() is None, "inasched switch exited"
         yield p4rt, data
     finally:
@@ -115,7 +104,7 @@ def test_demo_on_an_external_switch_ends_with_its_jobs_removed(
 ) -> None:
     p4rt, data = switch_process
     argv = ["demo", "--switch", p4rt, "--switch-data", data, "--switch-device-id", str(DEVICE_ID)]
-    argv += ["--port", str(_free_port(socket.SOCK_STREAM)), "--data-dir", str(tmp_path)]
+    argv += ["--port", str(free_port(socket.SOCK_STREAM)), "--data-dir", str(tmp_path)]
     done = subprocess.run(
         [sys.executable, "-m", "api.cli", *argv], capture_output=True, text=True, timeout=600
     )

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -36,7 +35,15 @@ from api.settings import Settings
 from api.store import create_tenant_token
 from api.storelock import StoreInUse
 from scheduler.workload import model_table
-from tests.api.conftest import PG_ENV, LiveServer, postgres_schema_url, wait_for
+from tests.api.conftest import (
+    PG_ENV,
+    LiveServer,
+    free_port,
+    listening,
+    postgres_schema_url,
+    stop_processes,
+    wait_for,
+)
 
 AGGREGATORS = 64
 # The premise: workers and the switch outlast the takeover, so nothing times out on the way.
@@ -122,17 +129,6 @@ def test_without_standby_a_second_service_is_still_refused(settings: Settings) -
 # ---------------------------------------------------------------------- real processes
 
 
-def _free_port(kind: socket.SocketKind) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
 class LeaderForwarder:
     """A TCP forwarder on loopback that sends each new connection to the backend whose
     ``GET /leader`` answers 200 (none: the connection is closed, and the client retries)."""
@@ -202,14 +198,14 @@ class Deployment:
         self.tmp = tmp
         self.database_url = database_url
         self.procs: list[subprocess.Popen[bytes]] = []
-        self.p4rt = f"127.0.0.1:{_free_port(socket.SOCK_STREAM)}"
-        self.data = f"127.0.0.1:{_free_port(socket.SOCK_DGRAM)}"
+        self.p4rt = f"127.0.0.1:{free_port(socket.SOCK_STREAM)}"
+        self.data = f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}"
         self._start(
             "switch", "--p4runtime", self.p4rt, "--data", self.data,
             "--aggregators", str(AGGREGATORS), log=tmp / "switch.log",
         )  # fmt: skip
         grpc_port = int(self.p4rt.rsplit(":", 1)[1])
-        wait_for(lambda: _listening(grpc_port), "the switch to listen", 120)
+        wait_for(lambda: listening(grpc_port), "the switch to listen", 120)
         self.services: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
         self.token = ""
 
@@ -227,7 +223,7 @@ class Deployment:
         return proc
 
     def up(self, name: str, *extra: str) -> str:
-        port = _free_port(socket.SOCK_STREAM)
+        port = free_port(socket.SOCK_STREAM)
         log = self.tmp / f"{name}.log"
         proc = self._start(
             "up", "--port", str(port), "--database-url", self.database_url,
@@ -256,14 +252,7 @@ class Deployment:
         return self._start(*argv, "--log-level", "INFO", log=log), log
 
     def close(self) -> None:
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        stop_processes(self.procs)
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from api.app import create_app
 from api.cli import main
 from api.settings import Settings
 from api.store import create_tenant_token
-from tests.api.conftest import LiveServer, wait_for
+from tests.api.conftest import LiveServer, free_port, listening, wait_for
 
 AGGREGATORS, LANES = 256, 64
 JOB = {"name": "on-pi", "n_workers": 2, "gradient_bytes": 4096}
@@ -153,20 +153,20 @@ def test_demo_on_a_switch_that_answers_as_bmv2_ends_with_its_aggregators_reclaim
     tmp_path: Path,
 ) -> None:
     pytest.importorskip("bm_runtime.standard")
-    grpc_port, thrift_port = _free_port(socket.SOCK_STREAM), _free_port(socket.SOCK_STREAM)
-    data = f"127.0.0.1:{_free_port(socket.SOCK_DGRAM)}"
+    grpc_port, thrift_port = free_port(socket.SOCK_STREAM), free_port(socket.SOCK_STREAM)
+    data = f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}"
     p4rt, thrift = f"127.0.0.1:{grpc_port}", f"127.0.0.1:{thrift_port}"
     switch = ["switch", "--p4runtime", p4rt, "--data", data, "--thrift", thrift]
     switch += ["--refuse-registers", "--needs-device-config", "--aggregators", str(AGGREGATORS)]
     proc = subprocess.Popen([sys.executable, "-m", "api.cli", *switch])
     try:
-        wait_for(lambda: proc.poll() is not None or _listening(grpc_port), "the switch")
+        wait_for(lambda: proc.poll() is not None or listening(grpc_port), "the switch")
         program = tmp_path / "inasched.json"
         program.write_text('{"program": "inasched.p4"}')
         demo = ["demo", "--switch", p4rt, "--switch-data", data, "--switch-thrift", thrift]
         demo += ["--p4-config", str(program), "--data-dir", str(tmp_path)]
         demo += ["--aggregators", str(AGGREGATORS)]
-        demo += ["--port", str(_free_port(socket.SOCK_STREAM))]
+        demo += ["--port", str(free_port(socket.SOCK_STREAM))]
         done = subprocess.run(
             [sys.executable, "-m", "api.cli", *demo], capture_output=True, text=True, timeout=600
         )
@@ -179,14 +179,3 @@ def test_demo_on_a_switch_that_answers_as_bmv2_ends_with_its_aggregators_reclaim
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
-
-
-def _free_port(kind: socket.SocketKind) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0

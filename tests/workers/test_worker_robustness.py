@@ -9,7 +9,6 @@ restarts), and ``inasched worker``."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import httpx
 import pytest
 from p4ctl.client import SwitchClient
 
-from tests.api.conftest import wait_for
+from tests.api.conftest import free_port, listening, stop_processes, wait_for
 from workers import rendezvous
 from workers.errors import RendezvousError
 from workers.rendezvous import join
@@ -29,17 +28,6 @@ from workers.rendezvous import join
 # The premise of the restart tests: the service is back well within the heartbeat timeout.
 HEARTBEAT_TIMEOUT_S = "60"
 AGGREGATORS = 64
-
-
-def _free_port(kind: socket.SocketKind) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _cli(*argv: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -59,9 +47,9 @@ class Rig:
     def __init__(self, tmp: Path, *, embedded: bool = False) -> None:
         self.tmp = tmp
         self.embedded = embedded
-        self.p4rt = f"127.0.0.1:{_free_port(socket.SOCK_STREAM)}"
-        self.data = f"127.0.0.1:{_free_port(socket.SOCK_DGRAM)}"
-        self.port = _free_port(socket.SOCK_STREAM)
+        self.p4rt = f"127.0.0.1:{free_port(socket.SOCK_STREAM)}"
+        self.data = f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}"
+        self.port = free_port(socket.SOCK_STREAM)
         self.url = f"http://127.0.0.1:{self.port}"
         self.procs: list[subprocess.Popen[bytes]] = []
         if not embedded:
@@ -70,7 +58,7 @@ class Rig:
                 "--aggregators", str(AGGREGATORS), log=tmp / "switch.log",
             )  # fmt: skip
             grpc_port = int(self.p4rt.rsplit(":", 1)[1])
-            wait_for(lambda: _listening(grpc_port), "the switch to listen", 120)
+            wait_for(lambda: listening(grpc_port), "the switch to listen", 120)
         self.service: subprocess.Popen[bytes] | None = None
         self.token = ""
         self.start_service()
@@ -136,14 +124,7 @@ class Rig:
             return reader.installed_jobs() == set() and not any(reader.occupancy().state)
 
     def close(self) -> None:
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        stop_processes(self.procs)
 
 
 @pytest.fixture(params=["external"])
