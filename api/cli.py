@@ -50,7 +50,7 @@ DELEGATES = {
     "switch": "p4ctl.softswitch",
     "ps": "workers.ps",
     "worker": "workers.worker",
-    "bench": "bench.jct",
+    "bench": "bench.jct.cli",
 }
 GLOBAL_FLAGS = ("--service", "--url", "--token", "--log-level")
 DELEGATE_HELP = {

@@ -9,10 +9,11 @@ from fastapi import Depends, HTTPException, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from api.models import Job, Tenant
+from api.models import Job
 from api.runtime import Service
 from api.security import same_digest
-from api.tokens import Caller, live_token
+from api.submissions import Submissions
+from api.tokens import Caller, TenantRef, live_caller
 
 __all__ = [
     "AdminDep",
@@ -29,6 +30,9 @@ __all__ = [
     "caller_of",
     "get_joined_job",
     "join_token",
+    "not_serving",
+    "submissions_of",
+    "unknown_token",
 ]
 
 # Ids are 32-bit in the store (PostgreSQL INTEGER); a larger one cannot name a row.
@@ -91,12 +95,29 @@ async def join_token(credentials: Annotated[BearerCredentials, Depends(JOIN_TOKE
 
 def caller_of(session: Session, token: str) -> Caller:
     """The caller whose live API token is `token`; 401 otherwise."""
-    row = live_token(session, token=token)
-    if row is None:
-        raise _unauthorized(
-            "unknown API token, or a revoked one; create one with 'inasched token create TENANT'"
-        )
-    return Caller(tenant=row.tenant, admin=row.admin)
+    caller = live_caller(session, token=token)
+    if caller is None:
+        raise unknown_token()
+    return caller
+
+
+def unknown_token() -> HTTPException:
+    """The 401 for a token that is not (or no longer) a live API token."""
+    return _unauthorized(
+        "unknown API token, or a revoked one; create one with 'inasched token create TENANT'"
+    )
+
+
+def submissions_of(service: Service) -> Submissions:
+    """The service's submission writer; 503 while the service is not started."""
+    if service.submissions is None:
+        raise not_serving("the service is not started; submit again in a moment")
+    return service.submissions
+
+
+def not_serving(detail: str) -> HTTPException:
+    """A 503 that asks the client to come back in a second."""
+    return HTTPException(503, detail, headers={"Retry-After": "1"})
 
 
 def get_caller(session: SessionDep, token: Annotated[str, Depends(bearer_token)]) -> Caller:
@@ -106,11 +127,11 @@ def get_caller(session: SessionDep, token: Annotated[str, Depends(bearer_token)]
 CallerDep = Annotated[Caller, Depends(get_caller)]
 
 
-async def get_tenant(caller: CallerDep) -> Tenant:
+async def get_tenant(caller: CallerDep) -> TenantRef:
     return caller.tenant
 
 
-TenantDep = Annotated[Tenant, Depends(get_tenant)]
+TenantDep = Annotated[TenantRef, Depends(get_tenant)]
 
 
 async def get_admin(caller: CallerDep) -> Caller:
@@ -141,11 +162,11 @@ def get_stream_caller(session: SessionDep, token: Annotated[str, Depends(stream_
 StreamCallerDep = Annotated[Caller, Depends(get_stream_caller)]
 
 
-async def get_stream_tenant(caller: StreamCallerDep) -> Tenant:
+async def get_stream_tenant(caller: StreamCallerDep) -> TenantRef:
     return caller.tenant
 
 
-StreamTenantDep = Annotated[Tenant, Depends(get_stream_tenant)]
+StreamTenantDep = Annotated[TenantRef, Depends(get_stream_tenant)]
 
 
 def get_joined_job(

@@ -15,7 +15,7 @@ steps down to that standby view.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from p4ctl.backend import Endpoint, InMemorySwitch, SwitchBackend
@@ -25,11 +25,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.db import open_database
 from api.events import EventBus
 from api.leader import Campaign, Lease, election_id, take_lease
+from api.models import Job
 from api.quotas import QuotaDefaults
 from api.scheduling import Coordinator
 from api.settings import Settings, parse_hostport
 from api.store import get_state, put_state
 from api.storelock import StoreInUse, StoreLock, lock_store, running_instance
+from api.submissions import Submissions
 from api.topology import PolicyConfig, PsRegistry, Topology
 
 __all__ = ["Service", "connect_switch", "open_service"]
@@ -56,6 +58,8 @@ class Service:
     # What the current term (leading, or the standby's read-only view) started, newest last.
     term: list[Callable[[], None]] = field(default_factory=list)
     given_backend: SwitchBackend | None = None
+    # Job submissions' writer (group commit), from `start` to `stop`.
+    submissions: Submissions | None = None
 
     @property
     def started(self) -> bool:
@@ -77,6 +81,7 @@ class Service:
         settings say ``standby``: then serve reads and take over when the lock frees."""
         self.given_backend = backend
         owner = _owner(self.settings)
+        self.submissions = Submissions(self.sessions, on_stored=self._stored)
         try:
             try:
                 held: StoreLock | None = lock_store(
@@ -134,6 +139,13 @@ class Service:
         for closer in reversed(view):
             closer()
         log.info("leading the store: epoch %d, P4Runtime election id %s", lease.epoch, election)
+
+    def _stored(self, jobs: Sequence[Job]) -> None:
+        """New jobs are in the store: a decision round for them, and their events."""
+        coordinator = self.coordinator_
+        if coordinator is not None and self.leading:
+            coordinator.reschedule(wait=False)
+            coordinator.publish_jobs(jobs)
 
     def _stand_by(self) -> None:
         """The read-only view of a standby: a coordinator that never starts, on the switch as
@@ -230,6 +242,8 @@ class Service:
 
     def stop(self) -> None:
         """Stop everything started, newest first; safe to call twice."""
+        if self.submissions is not None:
+            self.submissions.close()
         if self.campaign is not None:
             self.campaign.stop()
         self.events.close()

@@ -25,6 +25,7 @@ __all__ = [
     "get_bench_run",
     "get_job",
     "get_state",
+    "job_by_client_key",
     "list_bench_runs",
     "list_jobs",
     "new_job",
@@ -71,7 +72,7 @@ def create_job(
     submission does not create a second job, and its join token is not shown again.
     """
     if client_key is not None:
-        existing = _by_client_key(session, tenant_id=tenant_id, client_key=client_key)
+        existing = job_by_client_key(session, tenant_id=tenant_id, client_key=client_key)
         if existing is not None:
             return existing, None
     job, token = new_job(
@@ -87,7 +88,7 @@ def create_job(
     except IntegrityError:
         # Two concurrent retries with the same key: the other one won; answer with its job.
         session.rollback()
-        existing = _by_client_key(session, tenant_id=tenant_id, client_key=client_key or "")
+        existing = job_by_client_key(session, tenant_id=tenant_id, client_key=client_key or "")
         if existing is None:
             raise
         return existing, None
@@ -121,7 +122,8 @@ def new_job(
     return job, token
 
 
-def _by_client_key(session: Session, *, tenant_id: int, client_key: str) -> Job | None:
+def job_by_client_key(session: Session, *, tenant_id: int, client_key: str) -> Job | None:
+    """Tenant `tenant_id`'s job submitted with ``Idempotency-Key`` `client_key`, or None."""
     return session.scalar(
         select(Job).where(Job.tenant_id == tenant_id, Job.client_key == client_key)
     )

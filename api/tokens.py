@@ -22,9 +22,11 @@ __all__ = [
     "TENANT_NAME_MAX",
     "BadTenantName",
     "Caller",
+    "TenantRef",
     "check_tenant_name",
     "list_tokens",
     "live_admin_tokens",
+    "live_caller",
     "live_token",
     "revoke_tokens",
 ]
@@ -40,10 +42,18 @@ class BadTenantName(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class TenantRef:
+    """A tenant as a request's caller: its id and name (a plain value, not an ORM row)."""
+
+    id: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class Caller:
     """Who sent a request: the tenant of its token and whether that token is an admin token."""
 
-    tenant: Tenant
+    tenant: TenantRef
     admin: bool
 
 
@@ -70,6 +80,17 @@ def live_token(session: Session, *, token: str) -> ApiToken | None:
             ApiToken.token_hash == hash_token(token), ApiToken.revoked_at.is_(None)
         )
     )
+
+
+def live_caller(session: Session, *, token: str) -> Caller | None:
+    """The caller whose live API token is `token`, or None: one indexed read of plain columns
+    (every request makes it, so a revocation counts from the next request on)."""
+    row = session.execute(
+        select(Tenant.id, Tenant.name, ApiToken.admin)
+        .join(ApiToken, ApiToken.tenant_id == Tenant.id)
+        .where(ApiToken.token_hash == hash_token(token), ApiToken.revoked_at.is_(None))
+    ).first()
+    return None if row is None else Caller(TenantRef(row.id, row.name), row.admin)
 
 
 def list_tokens(session: Session) -> Sequence[ApiToken]:

@@ -7,7 +7,7 @@ The `--emu` back-end runs the service, its soft switch (thread ``p4ctl-dataplane
 (thread ``inasched-ps``) in one Python process, so they share one interpreter lock; workers are
 processes of their own. For each policy and each data path (``INASCHED_DATAPATH`` for the
 service's switch and PS and for the workers) this runs `CPU_PROBE_JOBS` (2) probe jobs of two
-workers with no compute (`bench.jct_validate.probe_jobs`), for 2 and for 2 + `--iterations`
+workers with no compute (`bench.jct.validate.probe.probe_jobs`), for 2 and for 2 + `--iterations`
 iterations, reads each thread's CPU time from ``/proc/self/task/TID/stat`` and the workers'
 from ``getrusage(RUSAGE_CHILDREN)``, and prints the difference per fragment (one worker's
 fragment of one iteration: the fixed cost of a job, its join and set-up, cancels out). One
@@ -47,9 +47,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench.dataplane import datapath_env
-from bench.jct_emu import emu_runner
-from bench.jct_params import BenchParams
-from bench.jct_validate import FRAGMENT_BYTES, PROBE_WORKERS, probe_jobs
+from bench.jct.emu import emu_runner
+from bench.jct.params import BenchParams
+from bench.jct.validate.probe import FRAGMENT_BYTES, PROBE_WORKERS, probe_jobs
 
 # Two jobs that only communicate: the fewest that share the switch and the PS, so the CPU per
 # fragment is the path's own, with few collisions (the README's figures are of this setting).

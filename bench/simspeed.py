@@ -5,7 +5,7 @@
     python -m bench.simspeed --speed-only --set aggregators=1024 --set load=8 --set ps_gbps=100
     python -m bench.simspeed --validate-only
 
-The JCT benchmark's parameters (`bench.jct_params.BenchParams`, ``--set`` to change one) are
+The JCT benchmark's parameters (`bench.jct.params.BenchParams`, ``--set`` to change one) are
 used. Prints, per policy: CPU seconds (the figure that counts on a shared machine), wall
 time, simulated events, events per second, mean/p99 JCT, in-switch share, and all policies'
 CPU seconds over their target (`TARGETS_S`, `POINT_TARGET_S`); then the aggregate model's
@@ -26,9 +26,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.jct import with_load
-from bench.jct_params import BenchParams
-from bench.jct_sim import sim_config
+from bench.jct.cli import with_load
+from bench.jct.params import BenchParams
+from bench.jct.sim import sim_config
 from scheduler.fragsim import simulate_fragments
 from scheduler.registry import policy_names
 from scheduler.simulator import simulate

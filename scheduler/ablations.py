@@ -12,7 +12,7 @@ that a benchmark can say where esa's gain over ``atp`` comes from.
   fragments that land on another job's partial sum (`scheduler.fragsim`).
 
 Going from atp to esa-nopreempt adds release; from esa-nopreempt to esa adds preemption; the
-benchmark's report puts the steps side by side (`bench.jct_report`).
+benchmark's report puts the steps side by side (`bench.jct.report`).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ class SimConfig:
     the switch is programmed); the job holds its admission but sends nothing meanwhile.
     `iteration_overhead_s`: time after each iteration's allreduce before the next compute
     starts, the last iteration's included (a worker's blocking progress report to the
-    service). Both are 0 for the model of a hardware testbed; ``bench.jct_validate`` measures
+    service). Both are 0 for the model of a hardware testbed; ``bench.jct.validate`` measures
     them on the loopback emulation.
 
     `switch_pps`: packets per second the switch processes, shared by every job (0: line rate,

@@ -28,7 +28,7 @@ share error: the fluid model still slightly over-estimates collisions (uniform h
 hold times). These cases barely load the PS; `tests/scheduler/test_simulators.py` checks the
 PS model's invariants (capacity never exceeded, more PS processes never slower) in both.
 
-Issue 24 added the families in `FAMILIES`, the regimes the JCT benchmark reports: memory that
+`FAMILIES` also holds the regimes the JCT benchmark reports: memory that
 binds (the jobs' combined windows 4-6x the pool), per-job PS processes loaded to 0.6 and 0.9
 (`ps_bps_for_load`), both at once, and 16 priority levels with aging. The fluid model as it
 was (commit b4a45f6's `scheduler/fluid.py`, swapped into `scheduler.simulator` for the run,

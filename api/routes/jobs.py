@@ -13,23 +13,24 @@ from api.deps import (
     SessionDep,
     TenantDep,
     bearer_token,
-    caller_of,
+    not_serving,
+    submissions_of,
+    unknown_token,
 )
 from api.errors import NotFound
-from api.inputs import check_resubmission, job_size
+from api.inputs import check_resubmission
 from api.jobviews import job_public
 from api.rendezvous import cancel_job
 from api.routes import not_found
 from api.schemas import JobCreate, JobCreated, JobDetail, JobList, JobPublic, JobStateName
-from api.store import create_job, get_job, list_jobs
+from api.store import get_job, list_jobs
+from api.submissions import Submission, SubmissionsClosed, UnknownToken
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 
-# One thread hop, with the session opened and closed inside it: a request never holds a pooled
-# connection while it waits for a thread (under load that deadlocked the pool).
 @router.post("", status_code=201, summary="submit a job")
-def submit(
+async def submit(
     spec: JobCreate,
     api_token: Annotated[str, Depends(bearer_token)],
     service: ServiceDep,
@@ -41,24 +42,24 @@ def submit(
     ``queued`` with ``queue_reason`` ``scheduling`` until the next round (within
     milliseconds) admits it or says why it waits; ``GET /jobs/{id}``, the event stream and the
     workers' join show the outcome."""
-    with service.sessions() as session:
-        tenant = caller_of(session, api_token).tenant
-        gradient_bytes = job_size(spec, limit=service.settings.max_gradient_bytes)
-        job, token = create_job(
-            session,
-            tenant_id=tenant.id,
-            spec=spec,
-            gradient_bytes=gradient_bytes,
-            window=spec.window or service.settings.window,
-            client_key=idempotency_key,
-        )
-        if token is None:
-            check_resubmission(job, spec, gradient_bytes=gradient_bytes)
-        else:
-            service.coordinator.reschedule(wait=False)
-            service.coordinator.publish_jobs([job])
-    public = job_public(job, service.coordinator.queue_reasons, JobPublic)
-    return JobCreated.model_validate({**public.model_dump(), "join_token": token})
+    # Stored with the other submissions waiting, in one transaction (api.submissions).
+    submission = Submission(
+        api_token=api_token,
+        spec=spec,
+        client_key=idempotency_key,
+        max_gradient_bytes=service.settings.max_gradient_bytes,
+        default_window=service.settings.window,
+    )
+    try:
+        done = await submissions_of(service).submit(submission)
+    except UnknownToken:
+        raise unknown_token() from None
+    except SubmissionsClosed as exc:
+        raise not_serving(str(exc)) from None
+    if done.join_token is None:
+        check_resubmission(done.job, spec, gradient_bytes=done.gradient_bytes)
+    public = job_public(done.job, service.coordinator.queue_reasons, JobPublic)
+    return JobCreated.model_validate({**public.model_dump(), "join_token": done.join_token})
 
 
 @router.get("", summary="list the tenant's jobs (an admin token: every tenant's)")

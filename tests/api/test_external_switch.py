@@ -1,5 +1,5 @@
 """`inasched switch` with its defaults, then the service on it with ``--switch``: the two agree
-on the P4 program's sizing (the committed P4Info) and on the device id (issue 23, item 4)."""
+on the P4 program's sizing (the committed P4Info) and on the device id."""
 
 from __future__ import annotations
 

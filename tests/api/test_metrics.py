@@ -1,4 +1,4 @@
-"""/metrics: the parameter server's counters next to the switch's (issue 23, item 14)."""
+"""/metrics: the parameter server's counters next to the switch's."""
 
 from __future__ import annotations
 

@@ -96,7 +96,7 @@ def _library_files() -> list[Path]:
     return [
         *sorted((ROOT / "scheduler").rglob("*.py")),
         *sorted((ROOT / "api").rglob("*.py")),
-        *sorted((ROOT / "bench").glob("jct*.py")),
+        *sorted((ROOT / "bench" / "jct").rglob("*.py")),
         ROOT / "bench" / "simspeed.py",
         ROOT / "bench" / "api.py",
     ]

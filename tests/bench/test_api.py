@@ -22,7 +22,7 @@ def test_a_tiny_run_prints_both_cases_the_round_table_and_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out_json = tmp_path / "api.json"
-    args = ["--clients", "3", "--jobs", "12", "--backlog", "30", "--repeats", "1"]
+    args = ["--clients", "3", "--jobs", "12", "--backlog", "30", "--repeats", "1", "--rate", "100"]
     args += ["--round-sizes", "5,20", "--rounds", "2", "--json", str(out_json)]
     assert main(args) == 0
     out = capsys.readouterr().out
@@ -30,17 +30,20 @@ def test_a_tiny_run_prints_both_cases_the_round_table_and_json(
     databases = (
         {"sqlite", "postgresql"} if os.environ.get("INASCHED_TEST_POSTGRES_URL") else {"sqlite"}
     )
-    submissions = [r for r in rows if len(r) == 11 and r[0] in databases]
-    assert {(r[0], r[1]) for r in submissions} == {(d, b) for d in databases for b in ("0", "30")}
-    assert all(r[4] == "0" for r in submissions)  # no errors
+    submissions = [r for r in rows if len(r) == 12 and r[0] in databases]
+    assert {(r[0], r[1], r[2]) for r in submissions} == {
+        (d, b, o) for d in databases for b, o in (("0", "max"), ("0", "100/s"), ("30", "max"))
+    }
+    assert all(r[5] == "0" for r in submissions)  # no errors
     assert "x rate" in out and "full read" in out
     body = json.loads(out_json.read_text())
-    assert {(s["database"], s["backlog"]) for s in body["submissions"]} == {
-        (d, b) for d in databases for b in (0, 30)
+    assert {(s["database"], s["backlog"], s["rate"]) for s in body["submissions"]} == {
+        (d, b, r) for d in databases for b, r in ((0, None), (0, 100), (30, None))
     }
     for s in body["submissions"]:
         assert s["jobs"] == 12 and s["errors"] == 0 and s["rate_ratio"] > 0
-        assert (s["p99_ratio"] is None) == (s["backlog"] == 30)
+        # Only the paced run on the empty store has a p99 target.
+        assert (s["p99_ratio"] is None) == (s["rate"] is None)
     assert [(r["database"], r["rounds"]) for r in body["rounds"] if r["database"] == "sqlite"] == [
         ("sqlite", 2),
         ("sqlite", 2),

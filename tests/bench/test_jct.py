@@ -11,11 +11,11 @@ import httpx
 import numpy as np
 import pytest
 
-from bench.jct import main
-from bench.jct_output import PLOTS, read_jobs_csv
-from bench.jct_params import BenchParams, parse_sweep
-from bench.jct_results import JOB_COLUMNS
-from bench.jct_store import store_run
+from bench.jct.cli import main
+from bench.jct.output import PLOTS, read_jobs_csv
+from bench.jct.params import BenchParams, parse_sweep
+from bench.jct.results import JOB_COLUMNS
+from bench.jct.store import store_run
 from scheduler.workload import synthetic_jobs, write_workload
 
 POLICY_KEYS = {"avg_jct", "p50_jct", "p95_jct", "p99_jct", "memory_utilisation", "in_switch_share"}

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.jct import main
-from bench.jct_ablation import needs_baseline
+from bench.jct.ablation import needs_baseline
+from bench.jct.cli import main
 
 ABLATED = "atp,esa-nopreempt,esa-norelease,esa"
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-import bench.jct_emu as emu
-from bench.jct import main
-from bench.jct_output import PLOTS
-from bench.jct_results import JOB_COLUMNS
+import bench.jct.emu as emu
+from bench.jct.cli import main
+from bench.jct.output import PLOTS
+from bench.jct.results import JOB_COLUMNS
 from scheduler.workload import JobSpec, write_workload
 
 POLICY_KEYS = {"avg_jct", "p50_jct", "p95_jct", "p99_jct", "memory_utilisation", "in_switch_share"}
@@ -57,7 +57,7 @@ def test_minimal_emu_run_writes_outputs_from_the_job_store(
     for name in ("summary.json", "jobs.csv", "report.md", "workload.csv", *PLOTS):
         assert (out / name).stat().st_size > 0, name
     doc = json.loads((out / "summary.json").read_text())
-    assert set(doc) == {"policies", "ratios", "parameters"}
+    assert set(doc) == {"policies", "ratios", "parameters", "emu_cpu"}
     assert set(doc["policies"]) == {"esa"}
     assert set(doc["policies"]["esa"]) == POLICY_KEYS
     assert doc["parameters"]["backend"] == "emu"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.jct import main
+from bench.jct.cli import main
 
 
 def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -79,15 +79,32 @@ def test_an_empty_out_folder_is_used_as_it_is(tmp_path: Path) -> None:
     assert (tmp_path / "summary.json").exists()
 
 
-def test_the_command_line_prints_one_line_not_a_traceback(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--workload", "nope"], "--workload nope: no workload 'nope'"),
+        (["--workload", "synthetic-0"], "--workload synthetic-0: 'synthetic-0' has no jobs"),
+        (["--sweep", "memory=-5"], "memory=-5: aggregators must be >= 1, got -5"),
+        (["--set", "link_gbps=0"], "link_gbps=0: link_gbps must be a number > 0, got 0.0"),
+        (["--out", "{blocker}/out"], "--out {blocker}/out cannot be written"),
+    ],
+)
+def test_the_command_line_prints_one_line_not_a_traceback(
+    argv: list[str], says: str, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    # argparse keeps a flag's last value: `argv` overrides the valid run given first.
+    given = ["--workload", "synthetic-3", "--out", str(tmp_path / "out"), *argv]
     done = subprocess.run(
-        [sys.executable, "-m", "bench.jct", "--workload", "synthetic-3", "--set", "link_gbps=0",
-         "--out", str(tmp_path / "out")],
+        [sys.executable, "-m", "bench.jct", *(a.format(blocker=blocker) for a in given)],
         capture_output=True,
         text=True,
         timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 2
-    assert done.stderr == (
-        "inasched bench jct: error: link_gbps=0: link_gbps must be a number > 0, got 0.0\n"
     )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("inasched bench jct: error: ")
+    assert says.format(blocker=blocker) in done.stderr
+    assert not (tmp_path / "out").exists()

@@ -12,8 +12,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from bench.jct import main
-from bench.jct_grid import (
+from bench.jct.cli import main
+from bench.jct.grid import (
     HEATMAPS,
     P99_RATIO,
     Heatmap,
@@ -22,7 +22,7 @@ from bench.jct_grid import (
     read_grid_csv,
     write_heatmaps,
 )
-from bench.jct_params import parse_sweeps
+from bench.jct.params import parse_sweeps
 
 WORKLOAD = "synthetic-6"
 # 256 aggregators are scarce for six jobs, 16,384 are not: the ratios differ across the grid.

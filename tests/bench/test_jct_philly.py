@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.jct import main
+from bench.jct.cli import main
 from scheduler.workload import philly_jobs
 
 BUNDLED = Path(__file__).resolve().parents[2] / "scheduler" / "data" / "jobs_philly.csv"

@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from bench.jct_params import BenchParams
-from bench.jct_report import render_report
-from bench.jct_results import summarise
-from bench.jct_sim import run_policy
-from bench.jct_simcheck import (
+from bench.jct.params import BenchParams
+from bench.jct.report import render_report
+from bench.jct.results import summarise
+from bench.jct.sim import run_policy
+from bench.jct.simcheck import (
     MAX_ITERATIONS,
     MAX_WINDOWS,
     SLICE_JOBS,

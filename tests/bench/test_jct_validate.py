@@ -1,4 +1,4 @@
-"""bench.jct_validate without the emulation: the comparison, the fit and the whole command.
+"""bench.jct.validate without the emulation: the comparison, the fit and the whole command.
 
 The probes' JCTs are made by the simulator itself with known parameters, so the fit must give
 those parameters back."""
@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import bench.jct_validate as v
-from bench.jct_emu import EMU_AGGREGATORS, EMU_WINDOW, emu_workload
-from bench.jct_params import BenchParams
+from bench.jct.emu import EMU_AGGREGATORS, EMU_WINDOW, emu_workload
+from bench.jct.params import BenchParams
+from bench.jct.validate import calibrate as calibration
+from bench.jct.validate import cli, fit, probe, report
 from scheduler.workload import write_workload
 
 TRUE = BenchParams(
@@ -35,33 +36,33 @@ PROBE_BYTES, CONCURRENT = 65536, 2
 def _simulated_probe(
     policy: str, grad_bytes: int, concurrent: int = CONCURRENT, compute_s: float = 0.0
 ) -> dict:
-    run = v.skewed_runner(None)
+    run = fit.skewed_runner(None)
 
     def jct(k: int) -> float:
-        jobs = v.probe_jobs(grad_bytes, k, concurrent, compute_s)
+        jobs = probe.probe_jobs(grad_bytes, k, concurrent, compute_s)
         return statistics.fmean(j.jct_s for j in run(jobs, policy, TRUE).jobs)
 
-    short, long = jct(v.K1), jct(v.K2)
-    step = (long - short) / (v.K2 - v.K1)
-    return {"per_iteration_s": step, "fixed_s": short - v.K1 * step}
+    short, long = jct(probe.K1), jct(probe.K2)
+    step = (long - short) / (probe.K2 - probe.K1)
+    return {"per_iteration_s": step, "fixed_s": short - probe.K1 * step}
 
 
 @pytest.fixture(scope="module")
 def rates() -> dict:
     return {
         "probe_bytes": PROBE_BYTES,
-        "probe_workers": v.PROBE_WORKERS,
+        "probe_workers": probe.PROBE_WORKERS,
         "probe_jobs": CONCURRENT,
         "static": _simulated_probe("static", PROBE_BYTES),
         "atp": _simulated_probe("atp", PROBE_BYTES),
         "esa": _simulated_probe("esa", PROBE_BYTES),
-        "overhead": _simulated_probe("static", v.FRAGMENT_BYTES),
+        "overhead": _simulated_probe("static", probe.FRAGMENT_BYTES),
         "static_alone": _simulated_probe("static", PROBE_BYTES, 1),
     }
 
 
 def test_the_fit_gives_back_the_parameters_that_made_the_probes(rates: dict) -> None:
-    params, skew, derived = v.matched_params(rates)
+    params, skew, derived = fit.matched_params(rates)
     assert skew is None
     assert params.link_gbps == pytest.approx(TRUE.link_gbps, rel=0.02)
     assert params.switch_pps == pytest.approx(TRUE.switch_pps, rel=0.02)
@@ -70,9 +71,9 @@ def test_the_fit_gives_back_the_parameters_that_made_the_probes(rates: dict) -> 
     assert params.iteration_overhead_s == pytest.approx(TRUE.iteration_overhead_s, rel=0.05)
     assert params.job_setup_s == pytest.approx(TRUE.job_setup_s, abs=0.01)
     assert derived["fit_rounds"] < 6  # it settled
-    for probe in ("static", "atp", "esa"):  # and reproduces every probe
-        want = rates[probe]["per_iteration_s"]
-        assert derived["sim_probe_per_iteration_s"][probe] == pytest.approx(want, rel=0.01)
+    for name in ("static", "atp", "esa"):  # and reproduces every probe
+        want = rates[name]["per_iteration_s"]
+        assert derived["sim_probe_per_iteration_s"][name] == pytest.approx(want, rel=0.01)
 
 
 def test_probes_that_compute_give_back_the_parameters_too() -> None:
@@ -87,41 +88,41 @@ def test_probes_that_compute_give_back_the_parameters_too() -> None:
         "static": _simulated_probe("static", PROBE_BYTES, c, compute),
         "atp": _simulated_probe("atp", PROBE_BYTES, c, compute),
         "esa": _simulated_probe("esa", PROBE_BYTES, c, compute),
-        "overhead": _simulated_probe("static", v.FRAGMENT_BYTES, c, compute),
+        "overhead": _simulated_probe("static", probe.FRAGMENT_BYTES, c, compute),
         "static_alone": _simulated_probe("static", PROBE_BYTES, 1, compute),
     }
-    params, _, derived = v.matched_params(rates)
+    params, _, derived = fit.matched_params(rates)
     assert params.switch_pps == pytest.approx(TRUE.switch_pps, rel=0.05)
     assert params.ps_switch_cost == pytest.approx(TRUE.ps_switch_cost, rel=0.1)
     assert params.iteration_overhead_s == pytest.approx(TRUE.iteration_overhead_s, rel=0.05)
     assert params.job_setup_s == pytest.approx(TRUE.job_setup_s, abs=0.01)
-    for probe in ("static", "esa"):
-        want = rates[probe]["per_iteration_s"]
-        assert derived["sim_probe_per_iteration_s"][probe] == pytest.approx(want, rel=0.01)
+    for name in ("static", "esa"):
+        want = rates[name]["per_iteration_s"]
+        assert derived["sim_probe_per_iteration_s"][name] == pytest.approx(want, rel=0.01)
 
 
 def test_computing_probes_are_staggered_and_run_as_a_table_model() -> None:
-    from bench.jct_emu import _worker_args
+    from bench.jct.emu import _worker_args
     from workers.worker import model_cost
 
-    jobs = v.probe_jobs(65536, 3, 4, compute_s=0.4)
+    jobs = probe.probe_jobs(65536, 3, 4, compute_s=0.4)
     assert [j.arrival_s for j in jobs] == pytest.approx([0.0, 0.1, 0.2, 0.3])
     argv = _worker_args(jobs[0])
-    full_bytes, full_s = model_cost(v.PROBE_MODEL)
+    full_bytes, full_s = model_cost(probe.PROBE_MODEL)
     assert argv[argv.index("--compute-scale") + 1] == repr(0.4 / full_s)
     assert argv[argv.index("--scale") + 1] == repr(65536 / full_bytes)
-    assert all(j.arrival_s == 0 and j.iter_time_s == 0 for j in v.probe_jobs(65536, 3, 2))
+    assert all(j.arrival_s == 0 and j.iter_time_s == 0 for j in probe.probe_jobs(65536, 3, 2))
 
 
 def test_probe_compute_is_seconds_or_the_workloads_mean(tmp_path: Path) -> None:
     jobs = emu_workload("synthetic-10", 0)
     write_workload(jobs, tmp_path / "workload.csv")
     mean = statistics.fmean(j.iter_time_s for j in jobs)
-    assert v._probe_compute("workload", tmp_path / "workload.csv") == pytest.approx(mean)
-    assert v._probe_compute("0.25", tmp_path / "workload.csv") == 0.25
+    assert cli._probe_compute("workload", tmp_path / "workload.csv") == pytest.approx(mean)
+    assert cli._probe_compute("0.25", tmp_path / "workload.csv") == 0.25
     for bad in ("-1", "soon", "nan"):
         with pytest.raises(SystemExit, match="--probe-compute"):
-            v._probe_compute(bad, tmp_path / "workload.csv")
+            cli._probe_compute(bad, tmp_path / "workload.csv")
 
 
 def test_compare_reports_gaps_ranking_and_verdict() -> None:
@@ -129,13 +130,13 @@ def test_compare_reports_gaps_ranking_and_verdict() -> None:
         return {"policies": {k: {"avg_jct": x} for k, x in avg.items()}}
 
     emu = summary(static=10.0, atp=8.0, esa=6.0)
-    good = v.compare(emu, summary(static=11.0, atp=7.5, esa=6.3))
+    good = report.compare(emu, summary(static=11.0, atp=7.5, esa=6.3))
     assert good["policies"]["static"]["gap_pct"] == pytest.approx(10.0)
     assert good["ranking_agrees"] and good["within_tolerance"] and good["passed"]
-    far = v.compare(emu, summary(static=12.0, atp=8.0, esa=6.0))
+    far = report.compare(emu, summary(static=12.0, atp=8.0, esa=6.0))
     assert far["max_abs_gap_pct"] == pytest.approx(20.0) and not far["passed"]
     close = summary(static=10.0, atp=6.5, esa=6.0)
-    swapped = v.compare(close, summary(static=10.0, atp=6.1, esa=6.2))
+    swapped = report.compare(close, summary(static=10.0, atp=6.1, esa=6.2))
     assert swapped["within_tolerance"] and not swapped["ranking_agrees"]
     assert not swapped["passed"]
     assert swapped["sim_ranking"] == ["atp", "esa", "static"]
@@ -149,7 +150,7 @@ def test_compare_counts_the_runs_that_order_each_pair_as_the_mean_does() -> None
     emu = runs(static=[5.0, 7.0, 6.0], atp=[6.0, 6.5, 9.0], esa=[7.0, 8.0, 9.5])
     sim = {"policies": {"static": {"avg_jct": 6.0}, "atp": {"avg_jct": 8.0},
                         "esa": {"avg_jct": 7.0}}}  # fmt: skip
-    pairs = {(p["faster"], p["slower"]): p for p in v.compare(emu, sim)["pairs"]}
+    pairs = {(p["faster"], p["slower"]): p for p in report.compare(emu, sim)["pairs"]}
     assert set(pairs) == {("static", "atp"), ("static", "esa"), ("atp", "esa")}
     assert pairs[("static", "atp")]["emu_runs_agreeing"] == 2  # run 2: atp 6.5 < static 7.0
     assert pairs[("atp", "esa")]["emu_runs_agreeing"] == 3
@@ -160,16 +161,16 @@ def test_compare_counts_the_runs_that_order_each_pair_as_the_mean_does() -> None
 def test_the_command_writes_the_validation_of_an_emu_folder(rates: dict, tmp_path: Path) -> None:
     # An "emulation" that is the simulator with the true parameters: the fitted --sim run must
     # then agree with it closely, in gap and ranking.
-    from bench.jct import run_bench
+    from bench.jct.cli import run_bench
 
     jobs = emu_workload("synthetic-10", 0)
     write_workload(jobs, tmp_path / "workload.csv")
     run_bench(
-        list(jobs), ["static", "atp", "esa"], TRUE, v.skewed_runner(None), out=tmp_path,
+        list(jobs), ["static", "atp", "esa"], TRUE, fit.skewed_runner(None), out=tmp_path,
         workload=str(tmp_path / "workload.csv"), backend="sim", command="test",
     )  # fmt: skip
     (tmp_path / "rates.json").write_text(json.dumps(rates))
-    code = v.main(["--emu-out", str(tmp_path), "--rates", str(tmp_path / "rates.json")])
+    code = cli.main(["--emu-out", str(tmp_path), "--rates", str(tmp_path / "rates.json")])
     result = json.loads((tmp_path / "validation.json").read_text())
     assert result["max_abs_gap_pct"] < 3.0
     assert result["ranking_agrees"] and result["passed"] and code == 0
@@ -184,30 +185,30 @@ def test_repeated_emu_runs_are_averaged_and_must_share_a_workload(tmp_path: Path
         (folder / "workload.csv").write_text("same\n")
         policies = {"static": {"avg_jct": static}, "esa": {"avg_jct": esa}}
         (folder / "summary.json").write_text(json.dumps({"policies": policies}))
-    mean = v.mean_summary([tmp_path / "a", tmp_path / "b"])
+    mean = report.mean_summary([tmp_path / "a", tmp_path / "b"])
     assert mean["policies"]["static"]["avg_jct"] == pytest.approx(6.5)
     assert mean["policies"]["static"]["spread_pct"] == pytest.approx(100 / 6.5)
     assert mean["policies"]["esa"]["runs"] == [5.0, 5.5]
     (tmp_path / "b" / "workload.csv").write_text("other\n")
     with pytest.raises(ValueError, match="another workload"):
-        v.mean_summary([tmp_path / "a", tmp_path / "b"])
+        report.mean_summary([tmp_path / "a", tmp_path / "b"])
 
 
 def test_out_keeps_the_validation_apart_from_the_emu_folder(rates: dict, tmp_path: Path) -> None:
-    from bench.jct import run_bench
+    from bench.jct.cli import run_bench
 
     runs, elsewhere = tmp_path / "emu", tmp_path / "probes-2-jobs"
     jobs = emu_workload("synthetic-10", 0)
     runs.mkdir()
     write_workload(jobs, runs / "workload.csv")
     run_bench(
-        list(jobs), ["static", "esa"], TRUE, v.skewed_runner(None), out=runs,
+        list(jobs), ["static", "esa"], TRUE, fit.skewed_runner(None), out=runs,
         workload=str(runs / "workload.csv"), backend="sim", command="test",
     )  # fmt: skip
     report = (runs / "report.md").read_text()
     (tmp_path / "rates.json").write_text(json.dumps(rates))
     argv = ["--emu-out", str(runs), "--rates", str(tmp_path / "rates.json")]
-    assert v.main([*argv, "--out", str(elsewhere)]) == 0
+    assert cli.main([*argv, "--out", str(elsewhere)]) == 0
     assert json.loads((elsewhere / "validation.json").read_text())["passed"]
     assert (elsewhere / "sim" / "summary.json").exists()
     assert "Validation PASSED" in (elsewhere / "validation.md").read_text()
@@ -218,13 +219,13 @@ def test_out_keeps_the_validation_apart_from_the_emu_folder(rates: dict, tmp_pat
 
 def _simulated_emu_folder(folder: Path, seed: int, policies: list[str]) -> None:
     """An "--emu" folder whose runs are the simulator with the true parameters."""
-    from bench.jct import run_bench
+    from bench.jct.cli import run_bench
 
     jobs = emu_workload("synthetic-10", seed)
     folder.mkdir(parents=True)
     write_workload(jobs, folder / "workload.csv")
     run_bench(
-        list(jobs), policies, TRUE, v.skewed_runner(None), out=folder,
+        list(jobs), policies, TRUE, fit.skewed_runner(None), out=folder,
         workload=str(folder / "workload.csv"), backend="sim", command="test",
     )  # fmt: skip
 
@@ -233,10 +234,10 @@ def test_the_calibration_gives_back_the_shared_rates_of_another_workload() -> No
     # Average JCTs of a workload made with the true parameters; the calibration starts from
     # shared rates that are off by 2x and must find the ones that give those JCTs again.
     jobs = emu_workload("synthetic-10", 1)
-    want = {p: v.sim_avg_jct(jobs, p, TRUE) for p in ("static", "atp", "esa")}
+    want = {p: calibration.sim_avg_jct(jobs, p, TRUE) for p in ("static", "atp", "esa")}
     off = TRUE.with_value("switch_pps", repr(TRUE.switch_pps * 2))
     off = off.with_value("ps_switch_cost", repr(TRUE.ps_switch_cost / 2))
-    params, cal = v.calibrate(off, jobs, want)
+    params, cal = calibration.calibrate(off, jobs, want)
     for policy, jct in want.items():
         assert cal["sim_avg_jct"][policy] == pytest.approx(jct, rel=0.01), policy
     assert params.switch_pps == pytest.approx(TRUE.switch_pps, rel=0.05)
@@ -253,10 +254,10 @@ def test_the_command_calibrates_on_another_workload_only(rates: dict, tmp_path: 
     (tmp_path / "rates.json").write_text(json.dumps(rates))
     argv = ["--emu-out", str(tmp_path / "seed-0"), "--rates", str(tmp_path / "rates.json")]
     out = tmp_path / "calibrated"
-    assert v.main([*argv, "--calibrate", str(tmp_path / "seed-1"), "--out", str(out)]) == 0
+    assert cli.main([*argv, "--calibrate", str(tmp_path / "seed-1"), "--out", str(out)]) == 0
     result = json.loads((out / "validation.json").read_text())
     assert result["passed"] and result["max_abs_gap_pct"] < 3.0
     assert result["calibration"]["folders"] == [str(tmp_path / "seed-1")]
     assert "Calibrated" in (out / "validation.md").read_text()
     with pytest.raises(SystemExit, match="validated workload itself"):
-        v.main([*argv, "--calibrate", str(tmp_path / "seed-0"), "--out", str(out)])
+        cli.main([*argv, "--calibrate", str(tmp_path / "seed-0"), "--out", str(out)])

@@ -207,7 +207,7 @@ class FakeService:
 
 
 def _bench_run() -> dict[str, Any]:
-    """A stored run shaped as bench.jct_store posts it: summary.json and jobs.csv rows."""
+    """A stored run shaped as bench.jct.store posts it: summary.json and jobs.csv rows."""
     jcts = {
         policy: [round(base * (1 + (i * 37 % 23) / 10), 2) for i in range(40)]
         for policy, base in (("static", 40.0), ("atp", 30.0), ("esa", 22.0))

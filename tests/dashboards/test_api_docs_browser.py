@@ -1,6 +1,6 @@
 """/docs and /redoc in a real browser with every request off the service refused: Swagger UI
-and ReDoc still render the API, and "Authorize" offers the two bearer tokens (issue 23,
-item 1). Screenshots go to artifacts/dashboards/."""
+and ReDoc still render the API, and "Authorize" offers the two bearer tokens.
+Screenshots go to artifacts/dashboards/."""
 
 from __future__ import annotations
 

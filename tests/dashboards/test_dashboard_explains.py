@@ -1,4 +1,4 @@
-"""The dashboard explains itself (issue 23, items 5-11): why a job failed or waits, pages past
+"""The dashboard explains itself: why a job failed or waits, pages past
 200 jobs with the total, clocks and charts that fit the job's state, a heatmap key for both
 the job hue and the state shade, and layouts that hold with long names and big numbers.
 

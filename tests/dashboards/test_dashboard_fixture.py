@@ -144,7 +144,7 @@ def test_benchmarks_compare_policies(
         page.locator(".stats-table tbody tr").nth(i).get_attribute("data-policy") for i in range(3)
     ] == ["static", "atp", "esa"]
     assert page.locator("svg.chart path.series").count() == 3
-    # Ratios as bench.jct_results defines them: baseline average JCT / esa average JCT.
+    # Ratios as bench.jct.results defines them: baseline average JCT / esa average JCT.
     assert page.inner_text('[data-ratio="esa/atp"] .num') == "1.36×"
     assert page.inner_text('[data-ratio="esa/static"] .num') == "1.82×"
     page.screenshot(path=str(artifacts / "fixture-bench.png"))

@@ -1,5 +1,5 @@
 """dashboards/grafana/inasched.json: every series it plots is one /metrics serves, and every
-family /metrics serves has a panel (issue 23, item 13)."""
+family /metrics serves has a panel."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""api_tokens.admin and api_tokens.revoked_at; bench_runs.tenant_id (issue 18)
+"""api_tokens.admin and api_tokens.revoked_at; bench_runs.tenant_id (runs owned by a tenant)
 
 Existing tokens become tenant tokens (not admin) and stay valid; existing benchmark runs have
 no owner and are seen by admins only. Batch mode, so that SQLite (which cannot add a foreign

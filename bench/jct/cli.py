@@ -1,0 +1,468 @@
+"""``inasched bench jct`` (``python -m bench.jct``): job completion time of the memory policies
+on one workload.
+
+    inasched bench jct --workload philly --policies static,atp,esa --out results/philly --sim
+    inasched bench jct --workload philly:week2.csv --out results/week2
+    inasched bench jct --workload synthetic-1000 --out results/mem --sweep memory=8192,16384,20000
+    inasched bench jct --workload philly --out results/grid --sweep memory=1024,4096,16384 \
+        --sweep load=1,4,8 --set ps_gbps=100
+    inasched bench jct --workload philly --policies atp,esa-nopreempt,esa-norelease,esa --out ab
+    inasched bench jct --workload synthetic-10 --out results/emu --emu
+
+Every policy runs on the same jobs with the same `BenchParams` (see `bench.jct.params`, each
+value with its source); the policies and the ablations of esa (``--sim`` only) are the
+registry's (`scheduler.registry`). The output folder gets ``summary.json``, ``jobs.csv`` (one
+row per job and policy), ``jct_cdf.png``, ``avg_jct.png``, ``memory_utilisation.png`` and
+``report.md``; with atp, esa-nopreempt and esa among the policies, the summary and the report
+also decompose esa's gain over atp (`bench.jct.ablation`). A sweep adds one such folder per
+value and ``sweep.csv`` (one row per value); two ``--sweep`` run their grid, one folder and one
+row per point (``memory=4096,load=4``), and draw heatmaps of esa's ratios to atp and static
+over it (`bench.jct.grid`). With
+``--service URL --token T`` the run is also stored in the service (``POST /bench/runs``) so the
+dashboard shows it. Back-ends: ``--sim`` (default) drives ``scheduler.simulator`` at full
+scale; ``--emu`` runs the real service, soft switch, PS and worker processes on loopback
+(`bench.jct.emu`). A bad argument is one line on stderr and exit status 2; ``--out`` must be
+a new or empty folder unless ``--force`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, NoReturn
+
+from tqdm import tqdm
+
+from bench.jct import ablation, grid
+from bench.jct.output import (
+    format_table,
+    summary_document,
+    write_jobs_csv,
+    write_plots,
+    write_summary,
+)
+from bench.jct.params import BenchParams, parse_sweeps
+from bench.jct.report import render_report
+from bench.jct.results import PolicyRun, PolicySummary, finite, ratios, summarise
+from scheduler.errors import WorkloadError
+from scheduler.registry import ablation_names, policy_names
+from scheduler.workload import PHILLY_PREFIX, JobSpec, load_workload, write_workload
+
+__all__ = ["RunOutcome", "main", "run_bench"]
+
+log = logging.getLogger(__name__)
+
+PolicyRunner = Callable[[Sequence[JobSpec], str, BenchParams], PolicyRun]
+
+
+def model_mapping(workload: str, seed: int) -> str:
+    """How `workload`'s jobs got their models, naming the seed that drew them."""
+    trace = workload.removeprefix(PHILLY_PREFIX) if workload.startswith(PHILLY_PREFIX) else None
+    source = f"the Philly-format trace {trace}, mapped as the bundled week: " if trace else ""
+    return (
+        f"scheduler.workload: {source}each job's model drawn uniformly (random.Random({seed}), "
+        "seed = --seed, in row order) from the models with both a gradient size "
+        "(model_sizes.csv) and a V100 iteration time (iter_times.csv); iterations = "
+        "duration_s / iteration time; workers = one per GPU. V100, not A100: the trace's "
+        "durations were measured on Philly's 2017 GPUs (P100/P40 generation, Jeon et al. "
+        "ATC'19), V100 is the closest generation in the table, and A100 times would double "
+        "iterations and overstate communication"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """What one run of every policy produced (also written to its output folder)."""
+
+    runs: tuple[PolicyRun, ...]
+    summaries: dict[str, PolicySummary]
+    ratios: dict[str, float | None]
+    document: dict[str, Any]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with every error on one line: what was wrong and what to give instead."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="inasched bench jct",
+        description="Job completion time of INA memory policies on one workload.",
+    )
+    p.add_argument(
+        "--workload",
+        required=True,
+        help="philly, philly:FILE (a CSV in the public Philly trace's format), synthetic-N "
+        "or a workload CSV",
+    )
+    p.add_argument(
+        "--policies",
+        default=",".join(policy_names()),
+        help=f"comma-separated, of {', '.join(policy_names())} and the ablations "
+        f"{', '.join(ablation_names())} (--sim only)",
+    )
+    p.add_argument("--out", required=True, type=Path, help="output folder (created)")
+    p.add_argument("--force", action="store_true", help="write into a non-empty --out")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--sim", action="store_true", help="the simulator (default)")
+    mode.add_argument("--emu", action="store_true", help="real processes on loopback")
+    p.add_argument(
+        "--emu-config",
+        default="default",
+        metavar="NAME",
+        help="--emu only: default (jobs contend for the CPU) or memory (jobs contend for "
+        "aggregator memory); bench.jct.emu documents both",
+    )
+    p.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="PARAM=V1,V2,...",
+        help="PARAM=V1,V2,... with PARAM one of memory, load, priority, levels, aging, "
+        "ps_gbps, link_gbps, ps_processes, window; twice for a grid with heatmaps",
+    )
+    p.add_argument("--seed", type=int, default=0, help="workload and placement seed")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run a sweep's points in N processes at once (--sim only; default 1)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PARAM=VALUE",
+        help="override one parameter (e.g. link_gbps=1 to match a loopback run); "
+        "the report lists every value used",
+    )
+    p.add_argument("--service", help="service URL to store the run in (POST /bench/runs)")
+    p.add_argument("--token", help="bearer token for --service")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``inasched bench jct``; returns the process exit code."""
+    args_list = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser()
+    args = parser.parse_args(args_list)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    known = (*policy_names(), *ablation_names())
+    unknown = [p for p in policies if p not in known]
+    if unknown or not policies:
+        parser.error(f"unknown policies {unknown}; choose from {','.join(known)}")
+    if args.emu and set(policies) & set(ablation_names()):
+        parser.error(
+            f"the ablations {','.join(ablation_names())} run in --sim only: the switch "
+            "program has no rule for esa-norelease, and the service offers neither"
+        )
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    if args.jobs > 1 and args.emu:
+        parser.error(
+            "--jobs runs --sim only: --emu points share the loopback switch and the CPU it "
+            "is measured on, so they run one at a time"
+        )
+    if args.emu_config != "default" and not args.emu:
+        parser.error(f"--emu-config {args.emu_config} configures --emu; add --emu")
+    if args.service and not args.token:
+        parser.error("--service needs --token")
+    command = "inasched bench jct " + shlex.join(args_list)
+    try:
+        params = BenchParams(seed=args.seed).with_settings(args.set)
+    except ValueError as exc:
+        parser.error(str(exc))
+    backend = "emu" if args.emu else "sim"
+    try:
+        sweeps = parse_sweeps(args.sweep)
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
+        if args.emu:
+            from bench.jct.emu import emu_config, emu_runner, emu_workload
+
+            try:
+                config = emu_config(args.emu_config)
+            except ValueError as exc:
+                parser.error(f"--emu-config: {exc}")
+            runner: PolicyRunner = emu_runner(config)
+            base_jobs = emu_workload(args.workload, args.seed, config)
+        else:
+            from bench.jct.sim import run_policy
+
+            runner = run_policy
+            base_jobs = load_workload(args.workload, args.seed)
+    except WorkloadError as exc:
+        parser.error(f"--workload {args.workload}: {exc}")
+    out: Path = args.out
+    _check_out(parser, out, force=args.force)
+    print(f"{args.workload}: {len(base_jobs)} jobs, models mapped with seed {args.seed} (--seed)")
+    if args.emu:
+        # The same jobs for --sim: the validation of sim against emu runs this file.
+        write_workload(base_jobs, out / "workload.csv")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    points = grid.grid_points(sweeps)
+    bar = tqdm(total=len(points) * len(policies), desc="jct", unit="run", disable=args.quiet)
+    tasks = [
+        _Point(
+            base_jobs,
+            tuple(policies),
+            grid.point_params(params, point),
+            out / grid.point_folder(point),
+            args.workload,
+            backend,
+            command,
+            args.emu_config if args.emu else None,
+        )
+        for point in points
+    ]
+    if args.jobs > 1 and len(tasks) > 1:
+        outcomes = _run_points_in_parallel(tasks, args.jobs, bar)
+    else:
+        outcomes = [_run_point(task, runner, bar) for task in tasks]
+    sweep_rows = []
+    for point, task, outcome in zip(points, tasks, outcomes, strict=True):
+        if args.service:
+            from bench.jct.store import store_run
+
+            store_run(args.service, args.token, task.folder, args.workload, backend)
+        if point:
+            gains = outcome.document.get("decomposition", {})
+            sweep_rows.append(grid.grid_row(point, outcome.summaries, outcome.ratios, gains))
+        else:
+            _print_summary(outcome)
+    bar.close()
+    if sweeps:
+        grid.write_grid_csv(out / "sweep.csv", sweep_rows)
+        print(format_table(list(sweep_rows[0]), [list(r.values()) for r in sweep_rows]))
+        print(f"\nsweep table: {out / 'sweep.csv'}")
+    if len(sweeps) == 2:
+        written, skipped = grid.write_heatmaps(
+            out, sweeps, policies, f"{args.workload} ({backend})"
+        )
+        print("\n".join([*(f"heatmap: {path}" for path in written), *skipped]))
+    print(f"output: {out}")
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Point:
+    """One point of a sweep (or the one run without a sweep): what `run_bench` needs."""
+
+    jobs: Sequence[JobSpec]
+    policies: tuple[str, ...]
+    params: BenchParams
+    folder: Path
+    workload: str
+    backend: str
+    command: str
+    emu_config: str | None = None
+
+
+def _run_point(task: _Point, runner: PolicyRunner, bar: tqdm | None) -> RunOutcome:
+    task.folder.mkdir(parents=True, exist_ok=True)
+    return run_bench(
+        task.jobs,
+        task.policies,
+        task.params,
+        runner,
+        out=task.folder,
+        workload=task.workload,
+        backend=task.backend,
+        command=task.command,
+        bar=bar,
+        emu_config=task.emu_config,
+    )
+
+
+def _run_sim_point(task: _Point) -> RunOutcome:
+    """`_run_point` in a worker process, on the simulator (module level: it is pickled)."""
+    from bench.jct.sim import run_policy
+
+    return _run_point(task, run_policy, None)
+
+
+def _run_points_in_parallel(tasks: Sequence[_Point], workers: int, bar: tqdm) -> list[RunOutcome]:
+    """Every point in a pool of `workers` processes; outcomes in the order of `tasks`.
+
+    Each point is a whole `run_bench` on its own folder: the simulator is deterministic, so
+    a point gives the same files whichever process runs it and whenever."""
+    outcomes: list[RunOutcome | None] = [None] * len(tasks)
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
+        running = {pool.submit(_run_sim_point, task): i for i, task in enumerate(tasks)}
+        for done in as_completed(running):
+            i = running[done]
+            outcomes[i] = done.result()
+            bar.set_postfix_str(_short(tasks[i].params))
+            bar.update(len(tasks[i].policies))
+    return [o for o in outcomes if o is not None]
+
+
+def _check_out(parser: argparse.ArgumentParser, out: Path, *, force: bool) -> None:
+    """Create `out`, or refuse it: a file, a folder that cannot be written, or one that holds
+    something already (another run's results would mix with this one's) unless `force`."""
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {out} is a file; give a folder (new or empty)")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        parser.error(f"--out {out} is not empty; give a new folder, or --force to write into it")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        parser.error(f"--out {out} cannot be written: {exc.strerror or exc}")
+
+
+def with_load(jobs: Sequence[JobSpec], load: float) -> tuple[JobSpec, ...]:
+    """`jobs` with arrivals compressed by `load` (2.0 = twice the arrival rate)."""
+    if load <= 0:
+        raise ValueError(f"load must be > 0, got {load}")
+    if load == 1.0:
+        return tuple(jobs)
+    return tuple(replace(j, arrival_s=j.arrival_s / load) for j in jobs)
+
+
+def run_bench(
+    base_jobs: Sequence[JobSpec],
+    policies: Sequence[str],
+    params: BenchParams,
+    runner: PolicyRunner,
+    *,
+    out: Path,
+    workload: str,
+    backend: str,
+    command: str,
+    bar: tqdm | None = None,
+    emu_config: str | None = None,
+) -> RunOutcome:
+    """Run every policy on the same jobs and write the whole output folder (`emu_config`:
+    the name of the ``--emu`` configuration the runner uses, for the report)."""
+    jobs = with_load(base_jobs, params.load)
+    runs = []
+    for policy in policies:
+        if bar is not None:
+            bar.set_postfix_str(f"{policy} {_short(params)}")
+        runs.append(runner(jobs, policy, params))
+        if bar is not None:
+            bar.update(1)
+    summaries = {r.policy: summarise(r) for r in runs}
+    ratio = ratios(summaries)
+    by_arrival = None
+    if ablation.needs_baseline(tuple(policies), params.priority):
+        baseline = params.with_value("priority", ablation.BASELINE_PRIORITY)
+        by_arrival = summarise(runner(jobs, ablation.ESA, baseline))
+    decomposition = ablation.decompose(summaries, by_arrival)
+    parameters, extra_sources, ideal_avg, notes = _context(
+        jobs, params, backend, workload, emu_config
+    )
+    document = summary_document(summaries, ratio, parameters)
+    if decomposition is not None:
+        document["decomposition"] = {k: finite(v) for k, v in decomposition.as_dict().items()}
+    cpu = {r.policy: r.cpu for r in runs if r.cpu is not None}
+    if cpu:
+        document["emu_cpu"] = {
+            name: {"busy_share": c.busy_share, "service_s": c.service_s, "workers_s": c.workers_s,
+                   "span_s": c.span_s, "cores": c.cores}
+            for name, c in cpu.items()
+        }  # fmt: skip
+    write_summary(out, document)
+    write_jobs_csv(out, runs)
+    write_plots(out, runs, f"{workload} ({backend})")
+    report = render_report(
+        command=command,
+        workload=workload,
+        backend=backend,
+        n_jobs=len(jobs),
+        parameters=parameters,
+        extra_sources=extra_sources,
+        summaries=summaries,
+        ratios=ratio,
+        runs=runs,
+        ideal_avg=ideal_avg,
+        notes=notes,
+    )
+    if decomposition is not None:
+        section = ablation.render(decomposition, params.priority)
+        report = "\n".join([report.rstrip("\n"), *section]) + "\n"
+    (out / "report.md").write_text(report, encoding="utf-8")
+    return RunOutcome(tuple(runs), summaries, ratio, document)
+
+
+def _context(
+    jobs: Sequence[JobSpec],
+    params: BenchParams,
+    backend: str,
+    workload: str,
+    emu_config: str | None = None,
+) -> tuple[dict[str, Any], dict[str, str], float | None, list[str]]:
+    """Parameters for summary.json and the report, their extra sources, the ideal average JCT
+    (sim only) and notes."""
+    from bench.jct.sim import ideal_jct, simulator_defaults
+
+    parameters: dict[str, Any] = {"workload": workload, "backend": backend, "jobs": len(jobs)}
+    parameters.update(params.as_dict())
+    parameters["model_mapping"] = model_mapping(workload, params.seed)
+    extra = {
+        "workload": "--workload",
+        "backend": "--sim / --emu",
+        "jobs": "jobs in the workload",
+        "model_mapping": "scheduler/data/model_sizes.csv and iter_times.csv (sources per row)",
+    }
+    notes: list[str] = []
+    if backend == "sim":
+        for name, value in simulator_defaults().items():
+            parameters[f"sim.{name}"] = value
+            extra[f"sim.{name}"] = "scheduler.config.SimConfig default (simulator owner's choice)"
+        notes += [
+            "Simulator: scheduler.simulator (fluid model, scheduler.fluid). A job computes, "
+            "then allreduces (no overlap). PS processes (ps_processes) are servers at ps_gbps "
+            "with a queue: under atp every completed fragment costs its PS one packet and its "
+            "window slot and aggregator wait for the PS result (queueing included); bypassed, "
+            "evicted and flushed contributions cost one packet each; esa's completion copies "
+            "cost PS capacity but are served after critical-path packets and delay nothing.",
+            "Aging: one level per aging_s spent bypassed or evicted since the job's last "
+            "progress mark (every progress_step of its iterations); a job that progresses "
+            "drops back to its rank's level.",
+        ]
+        ideal = ideal_jct(jobs, params)
+        ideal_avg: float | None = sum(ideal.values()) / len(ideal) if ideal else None
+    else:
+        from bench.jct.emu import emu_config as config_named
+        from bench.jct.emu import emu_context
+
+        more, more_sources, more_notes = emu_context(params, config_named(emu_config or "default"))
+        parameters.update(more)
+        extra.update(more_sources)
+        notes += more_notes
+        ideal_avg = None
+    return parameters, extra, ideal_avg, notes
+
+
+def _short(params: BenchParams) -> str:
+    return f"mem={params.aggregators} load={params.load} prio={params.priority}"
+
+
+def _print_summary(outcome: RunOutcome) -> None:
+    header = ["policy", "avg_jct", "p50_jct", "p95_jct", "p99_jct", "mem_util", "in_switch"]
+    rows = [
+        [name, s.avg_jct, s.p50_jct, s.p95_jct, s.p99_jct, s.memory_utilisation, s.in_switch_share]
+        for name, s in outcome.summaries.items()
+    ]
+    print()
+    print(format_table(header, rows))
+    for name, value in outcome.ratios.items():
+        print(f"{name}: {'-' if value is None else f'{value:.3f}'}")
+    for name, value in outcome.document.get("decomposition", {}).items():
+        print(f"decomposition {name}: {'-' if value is None else f'{value:.3f}'}")

@@ -1,0 +1,193 @@
+"""``python -m bench.jct.validate``: the command line of the validation (`bench.jct.validate`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import bench.jct.validate as package
+from bench.jct.cli import main as bench_main
+from bench.jct.cli import run_bench
+from bench.jct.emu import emu_config
+from bench.jct.params import BenchParams
+from bench.jct.validate.calibrate import CALIBRATED, calibrate
+from bench.jct.validate.fit import matched_params, skewed_runner
+from bench.jct.validate.probe import (
+    PROBE_COMPUTE,
+    measure_occupancy,
+    measure_rates,
+    probe_concurrency,
+)
+from bench.jct.validate.report import MARKER, compare, mean_summary, render_section
+from scheduler.workload import read_workload
+
+__all__ = ["main"]
+
+
+def _probe_compute(value: str, workload_csv: Path) -> float:
+    """``--probe-compute``: seconds, or ``workload`` for the mean ``iter_time_s`` of its jobs."""
+    if value == "workload":
+        return statistics.fmean(j.iter_time_s for j in read_workload(workload_csv))
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise SystemExit(f"--probe-compute: seconds or 'workload', got {value!r}") from None
+    if not seconds >= 0:
+        raise SystemExit(f"--probe-compute must be at least 0, got {value}")
+    return seconds
+
+
+def _sets(params: BenchParams) -> list[str]:
+    out = []
+    for name in (
+        "aggregators",
+        "window",
+        "lanes",
+        "link_gbps",
+        "ps_gbps",
+        "ps_processes",
+        "job_setup_s",
+        "iteration_overhead_s",
+        "switch_pps",
+        "ps_switch_cost",
+    ):
+        out += ["--set", f"{name}={getattr(params, name)}"]
+    return out
+
+
+def _ran_config(runs: Path) -> str:
+    """The ``--emu-config`` the run in `runs` used (``default`` before runs recorded it)."""
+    doc = json.loads((runs / "summary.json").read_text())
+    return str(doc.get("parameters", {}).get("emu.config", "default"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.jct.validate", description=package.__doc__)
+    p.add_argument("--emu-out", required=True, type=Path, help="output folder of an --emu run")
+    p.add_argument("--probe-bytes", type=int, default=65536)
+    p.add_argument("--repeat", type=int, default=2, help="probe pairs per policy (median)")
+    p.add_argument(
+        "--repeats",
+        nargs="*",
+        type=Path,
+        default=[],
+        help="more --emu runs of the same workload.csv; the average JCTs of all are compared",
+    )
+    p.add_argument("--rates", type=Path, help="reuse a rates JSON instead of measuring")
+    p.add_argument(
+        "--probe-compute",
+        default=PROBE_COMPUTE,
+        help="compute seconds per probe iteration, or 'workload' (the default) for the mean of "
+        "the validated workload's; 0: probes only communicate",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        help="probe jobs run together (they share the switch and the PS); default: as many "
+        "as the pool holds static partitions",
+    )
+    p.add_argument(
+        "--emu-config",
+        help="the --emu configuration the probes run on (bench.jct.emu); default: the one "
+        "--emu-out ran (emu.config in its summary.json)",
+    )
+    p.add_argument(
+        "--skew",
+        action="store_true",
+        help="also measure how long aggregators stay partial, and rerun with that worker skew",
+    )
+    p.add_argument(
+        "--calibrate",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="--emu runs of another workload (say, the same one with another --seed): the "
+        "shared rates (switch_pps, ps_switch_cost) are refitted to their average JCTs before "
+        "the validated workload is simulated",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="folder for the validation, its sim runs and the rates (default: --emu-out, whose "
+        "report.md then gets the validation section); to compare fits without overwriting",
+    )
+    args = p.parse_args(argv)
+    runs: Path = args.emu_out
+    out: Path = args.out or runs
+    out.mkdir(parents=True, exist_ok=True)
+    emu = mean_summary([runs, *args.repeats])
+    if args.rates:
+        rates = json.loads(args.rates.read_text())
+    else:
+        t = time.monotonic()
+        config = emu_config(args.emu_config or _ran_config(runs))
+        c = args.concurrency or probe_concurrency(config)
+        compute_s = _probe_compute(args.probe_compute, runs / "workload.csv")
+        rates = measure_rates(args.probe_bytes, args.repeat, c, compute_s, config)
+        if args.skew:
+            rates["occupancy"] = measure_occupancy(args.probe_bytes, c, config)
+        rates["measured_in_s"] = time.monotonic() - t
+        (out / "rates.json").write_text(json.dumps(rates, indent=2))
+    params, skew, derived = matched_params(rates)
+    calibration = None
+    if args.calibrate:
+        cal = mean_summary(args.calibrate)
+        cal_csv = args.calibrate[0] / "workload.csv"
+        if cal_csv.read_text() == (runs / "workload.csv").read_text():
+            raise SystemExit(
+                "--calibrate: the calibration runs ran the validated workload itself; "
+                "calibrate on another one (say, the same name with another --seed)"
+            )
+        means = {name: float(r["avg_jct"]) for name, r in cal["policies"].items()}
+        params, calibration = calibrate(params, read_workload(cal_csv), means)
+        calibration["folders"] = cal["folders"]
+        calibration["emu_runs"] = {n: r["runs"] for n, r in cal["policies"].items()}
+        calibration["probe_parameters"] = {f: derived[f] for f in CALIBRATED}
+        derived.update(calibration["parameters"])
+
+    policies = ",".join(emu["policies"])
+    sim_argv = [
+        "--workload", str(runs / "workload.csv"), "--policies", policies,
+        "--out", str(out / "sim"), "--force", "--sim", "--quiet", *_sets(params),
+    ]  # fmt: skip
+    print("running: inasched bench jct " + " ".join(sim_argv), flush=True)
+    bench_main(sim_argv)
+    sim = json.loads((out / "sim" / "summary.json").read_text())
+    result = compare(emu, sim)
+    result["sim_command"] = "inasched bench jct " + " ".join(sim_argv)
+    if skew is not None:
+        # The same, with the simulator's worker_skew_s set to the measured hold time (not a
+        # BenchParams field, so through run_bench with a runner of this module).
+        folder = out / "sim-skew"
+        folder.mkdir(parents=True, exist_ok=True)
+        run_bench(
+            read_workload(runs / "workload.csv"),
+            list(emu["policies"]),
+            params,
+            skewed_runner(skew),
+            out=folder,
+            workload=str(runs / "workload.csv"),
+            backend="sim",
+            command=f"bench.jct.validate (sim, worker_skew_s={skew:.6g})",
+        )
+        skewed = json.loads((folder / "summary.json").read_text())
+        result["with_measured_skew"] = compare(emu, skewed)
+    result["rates"] = rates
+    result["sim_parameters"] = derived
+    if calibration is not None:
+        result["calibration"] = calibration
+    (out / "validation.json").write_text(json.dumps(result, indent=2))
+    section = render_section(result, rates, derived)
+    (out / "validation.md").write_text(section)
+    if out == runs:
+        report = out / "report.md"
+        text = report.read_text() if report.exists() else ""
+        if MARKER in text:
+            text = text[: text.index(MARKER)]
+        report.write_text(text.rstrip("\n") + "\n" + section)
+    print(section)
+    return 0 if result["passed"] else 1

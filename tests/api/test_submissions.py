@@ -1,0 +1,98 @@
+"""api.submissions: submissions waiting together are stored in one transaction, and what one of
+them does wrong is answered to it alone. A real SQLite store; the writer is held back by its
+`on_stored` callback of the batch before, so that the next submissions queue behind it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from sqlalchemy import event, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.db import open_database
+from api.errors import Invalid
+from api.models import Job
+from api.schemas import JobCreate
+from api.store import create_tenant_token
+from api.submissions import Submission, Submissions, SubmissionsClosed, UnknownToken
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[tuple[sessionmaker[Session], str]]:
+    engine, sessions = open_database(f"sqlite:///{tmp_path / 'sub.db'}", pool_size=2)
+    with sessions() as s:
+        token = create_tenant_token(s, tenant="alice")
+    yield sessions, token
+    engine.dispose()
+
+
+def _submission(token: str, name: str, key: str | None = None, size: int = 1_000) -> Submission:
+    spec = JobCreate(name=name, n_workers=2, iterations=3, gradient_bytes=size)
+    return Submission(token, spec, key, max_gradient_bytes=10_000, default_window=16)
+
+
+def test_waiting_submissions_share_one_commit_and_fail_alone(
+    store: tuple[sessionmaker[Session], str],
+) -> None:
+    sessions, token = store
+    gate = threading.Event()
+    stored: list[list[int]] = []
+
+    def on_stored(jobs: Sequence[Job]) -> None:
+        stored.append([j.id for j in jobs])
+        gate.wait(10)  # the first batch holds the writer while the others queue
+
+    commits = 0
+
+    def count(_session: Session) -> None:
+        nonlocal commits
+        commits += 1
+
+    event.listen(sessions, "after_commit", count)
+    writer = Submissions(sessions, on_stored=on_stored)
+
+    async def run() -> list[object]:
+        first = asyncio.ensure_future(writer.submit(_submission(token, "first")))
+        while not stored:
+            await asyncio.sleep(0.01)
+        rest = [
+            writer.submit(_submission(token, "a", key="k")),
+            writer.submit(_submission(token, "a", key="k")),  # the same key: the same job
+            writer.submit(_submission("inasched_bogus", "b")),
+            writer.submit(_submission(token, "c", size=20_000)),  # over the limit
+            writer.submit(_submission(token, "d")),
+        ]
+        pending = asyncio.gather(*rest, return_exceptions=True)
+        await asyncio.sleep(0.2)
+        gate.set()
+        return [await first, *(await pending)]
+
+    try:
+        first, a1, a2, bad_token, too_big, d = asyncio.run(run())
+    finally:
+        writer.close()
+    assert isinstance(bad_token, UnknownToken) and isinstance(too_big, Invalid)
+    assert a1.join_token and a2.join_token is None and a1.job.id == a2.job.id  # type: ignore[union-attr]
+    assert first.join_token and d.join_token  # type: ignore[union-attr]
+    # Two transactions: the first submission's, then every other one's together.
+    assert commits == 2 and writer.batches == 2
+    assert stored == [[first.job.id], [a1.job.id, d.job.id]]  # type: ignore[union-attr]
+    with sessions() as s:
+        names = sorted(s.scalars(select(Job.name)))
+    assert names == ["a", "d", "first"]
+
+
+def test_a_closed_writer_refuses_and_stores_nothing(
+    store: tuple[sessionmaker[Session], str],
+) -> None:
+    sessions, token = store
+    writer = Submissions(sessions, on_stored=lambda jobs: None)
+    writer.close()
+    with pytest.raises(SubmissionsClosed):
+        asyncio.run(writer.submit(_submission(token, "late")))
+    with sessions() as s:
+        assert s.scalars(select(Job)).all() == []
