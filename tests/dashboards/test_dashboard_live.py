@@ -5,8 +5,9 @@ mount of `dashboards.static_dir()`."""
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Iterator
-from typing import Any
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -23,6 +24,8 @@ from tests.dashboards.helpers import (
 )
 
 pytestmark = pytest.mark.browser
+
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +82,29 @@ def held_aggregators(url: str, token: str, job_id: int) -> list[int]:
     ]
 
 
+def poll(read: Callable[[], T], timeout_s: float = 20.0) -> T:
+    """`read()`'s first truthy answer within `timeout_s`, else its last one."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := read()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return value
+
+
+def census_while_holding(
+    page: Any, job_id: int
+) -> tuple[dict[tuple[int, int, int], int], dict[int, int]]:
+    """The first heatmap census (cells and legend of one frame) in which `job_id` holds
+    aggregators; fails after 20 s of frames where it holds none."""
+
+    def holding() -> tuple[dict[tuple[int, int, int], int], dict[int, int]] | None:
+        cells, legend = heatmap_census(page)
+        return (cells, legend) if legend.get(job_id, 0) > 0 else None
+
+    census = poll(holding)
+    assert census is not None, f"job {job_id} held no aggregator in 20 s of frames"
+    return census
+
+
 def test_heatmap_shows_the_job_its_row_moves_and_cancel_frees_the_cells(
     page: Any, console: Any, service: tuple[str, str], demo_job: DemoJob, artifacts: pathlib.Path
 ) -> None:
@@ -97,16 +123,17 @@ def test_heatmap_shows_the_job_its_row_moves_and_cancel_frees_the_cells(
     )
 
     # As many cells wear the job's colour (any shade) as the legend says it holds, and the
-    # rest are free: the only job on the switch is the demo job.
+    # rest are free: the only job on the switch is the demo job. A running job holds nothing
+    # between its allreduces and keeps its legend entry at 0, so wait for a frame where it
+    # holds some.
     colour = legend_rgb(page, demo_job.id)
-    cells, legend = heatmap_census(page)
+    cells, legend = census_while_holding(page, demo_job.id)
     job_cells = sum(n for rgb, n in cells.items() if rgb != FREE_RGB and same_hue(rgb, colour))
-    assert legend[demo_job.id] > 0
     assert job_cells == legend[demo_job.id] == 1024 - cells.get(FREE_RGB, 0), (cells, legend)
     # And they are the switch's: cells of aggregators it reports as held are the job's or,
     # when the pool moved on since, free; never another colour.
-    held = held_aggregators(url, token, demo_job.id)
-    assert held, "the demo job holds no aggregator"
+    held = poll(lambda: held_aggregators(url, token, demo_job.id))
+    assert held, "the demo job held no aggregator in 20 s of running"
     sampled = cell_colours(page, held[:: max(1, len(held) // 40)])
     assert all(rgb == FREE_RGB or same_hue(rgb, colour) for rgb in sampled), sampled
     assert any(same_hue(rgb, colour) for rgb in sampled), sampled
