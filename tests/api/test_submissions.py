@@ -22,11 +22,12 @@ from api.submissions import Submission, Submissions, SubmissionsClosed, UnknownT
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[tuple[sessionmaker[Session], str]]:
+def store(tmp_path: Path) -> Iterator[tuple[sessionmaker[Session], str, str]]:
+    """``(sessions, alice's token, bob's token)``."""
     engine, sessions = open_database(f"sqlite:///{tmp_path / 'sub.db'}", pool_size=2)
     with sessions() as s:
-        token = create_tenant_token(s, tenant="alice")
-    yield sessions, token
+        tokens = [create_tenant_token(s, tenant=name) for name in ("alice", "bob")]
+    yield sessions, *tokens
     engine.dispose()
 
 
@@ -36,9 +37,9 @@ def _submission(token: str, name: str, key: str | None = None, size: int = 1_000
 
 
 def test_waiting_submissions_share_one_commit_and_fail_alone(
-    store: tuple[sessionmaker[Session], str],
+    store: tuple[sessionmaker[Session], str, str],
 ) -> None:
-    sessions, token = store
+    sessions, token, bob = store
     gate = threading.Event()
     stored: list[list[int]] = []
 
@@ -53,6 +54,14 @@ def test_waiting_submissions_share_one_commit_and_fail_alone(
         commits += 1
 
     event.listen(sessions, "after_commit", count)
+    flushes = 0  # one per batch: nothing flushed before its commit, so on PostgreSQL the
+    # batch's jobs go in one multi-row INSERT (SQLite takes them one by one all the same)
+
+    def flushed(_session: Session, _context: object) -> None:
+        nonlocal flushes
+        flushes += 1
+
+    event.listen(sessions, "after_flush", flushed)
     writer = Submissions(sessions, on_stored=on_stored)
 
     async def run() -> list[object]:
@@ -65,6 +74,7 @@ def test_waiting_submissions_share_one_commit_and_fail_alone(
             writer.submit(_submission("inasched_bogus", "b")),
             writer.submit(_submission(token, "c", size=20_000)),  # over the limit
             writer.submit(_submission(token, "d")),
+            writer.submit(_submission(bob, "e", key="k")),  # another tenant's key "k"
         ]
         pending = asyncio.gather(*rest, return_exceptions=True)
         await asyncio.sleep(0.2)
@@ -72,24 +82,25 @@ def test_waiting_submissions_share_one_commit_and_fail_alone(
         return [await first, *(await pending)]
 
     try:
-        first, a1, a2, bad_token, too_big, d = asyncio.run(run())
+        first, a1, a2, bad_token, too_big, d, e = asyncio.run(run())
     finally:
         writer.close()
     assert isinstance(bad_token, UnknownToken) and isinstance(too_big, Invalid)
     assert a1.join_token and a2.join_token is None and a1.job.id == a2.job.id  # type: ignore[union-attr]
-    assert first.join_token and d.join_token  # type: ignore[union-attr]
+    assert first.join_token and d.join_token and e.join_token  # type: ignore[union-attr]
     # Two transactions: the first submission's, then every other one's together.
-    assert commits == 2 and writer.batches == 2
-    assert stored == [[first.job.id], [a1.job.id, d.job.id]]  # type: ignore[union-attr]
+    assert commits == 2 and writer.batches == 2 and flushes == 2
+    assert stored == [[first.job.id], [a1.job.id, d.job.id, e.job.id]]  # type: ignore[union-attr]
     with sessions() as s:
-        names = sorted(s.scalars(select(Job.name)))
-    assert names == ["a", "d", "first"]
+        owners = sorted((j.name, j.tenant_id) for j in s.scalars(select(Job)))
+    assert [name for name, _ in owners] == ["a", "d", "e", "first"]
+    assert owners[2][1] != owners[0][1] == owners[1][1] == owners[3][1]
 
 
 def test_a_closed_writer_refuses_and_stores_nothing(
-    store: tuple[sessionmaker[Session], str],
+    store: tuple[sessionmaker[Session], str, str],
 ) -> None:
-    sessions, token = store
+    sessions, token, _ = store
     writer = Submissions(sessions, on_stored=lambda jobs: None)
     writer.close()
     with pytest.raises(SubmissionsClosed):
