@@ -49,9 +49,10 @@ PS process. Assumptions (the fragment-level model in `scheduler.fragsim` makes n
   to come on average. The others load a process with their packets per iteration over their
   iteration time. On a process shared by several jobs a critical packet waits Cobham's
   M/G/1 non-preemptive-priority delay ``R / (1 - rho_crit)`` with
-  ``R = min(1, rho_all) x ps_fragment_s / 2`` (deterministic service). Windows close the
-  loop, so rho_crit stays below 1: jobs slow down until the PS keeps up; copies beyond the
-  PS's capacity only grow its backlog (they delay nothing here). Under atp on a process of
+  ``R = min(1, rho_all) x ps_fragment_s / 2`` (deterministic service; `scheduler.psdelay`
+  solves for it). Windows close the loop, so rho_crit stays below 1: jobs slow down until
+  the PS keeps up; copies beyond the PS's capacity only grow its backlog (they delay nothing
+  here). Under atp on a process of
   its own (``ps_processes="per-job"``) a job's critical packets are its complete sums, paced
   by its window a slot apart each, and do not queue behind one another while its PS keeps up
   (the open-queue delay put atp up to 7% slow at a PS loaded to 0.9); the job streams at most
@@ -82,22 +83,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from scheduler.config import SimConfig
 from scheduler.memory import COPIES_PER_SLOT, partition_slots
 from scheduler.policy import Policy
+from scheduler.psdelay import PsLoad, Vec, solve_wait, sum_by
 
 __all__ = ["CommRate", "FlowJob", "comm_rates"]
 
 _ROUNDS = 40
 _TOL = 1e-4
-_BISECTIONS = 60
-_MIN_STEP = 1 / 64
-# Relative tolerance of a PS delay; well below _TOL, so that the outer iteration can settle.
-_XTOL = 1e-6
-
-Vec = npt.NDArray[np.float64]
+# A share that oscillates has its step halved down to this: near PS saturation the map's slope
+# is steep enough that a share still crosses its fixed point at a step of 1/64.
+_MIN_STEP = 1 / 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,8 +184,8 @@ def _static(cfg: SimConfig, jobs: Sequence[FlowJob]) -> dict[int, CommRate]:
     # The window's slots are live while streaming; the partition (both copies of its slots, a
     # power of two) is reserved for the job's whole run.
     return {
-        j.job_id: CommRate(float(t[i]), 0.0, 0.0, 0.0, float(duty[i]), cfg.window, 0.0, reserved)
-        for i, j in enumerate(jobs)
+        j.job_id: CommRate(t_j, 0.0, 0.0, 0.0, duty_j, cfg.window, 0.0, reserved)
+        for j, t_j, duty_j in zip(jobs, t.tolist(), duty.tolist(), strict=True)
     }
 
 
@@ -231,241 +229,6 @@ def _rates(x: Vec, q: Vec, a: Vec, w: int, fs: float, cap: Vec) -> Vec:
     return np.minimum(np.minimum(1 / fs, windowed), cap)
 
 
-@dataclass(frozen=True, slots=True)
-class _PsLoad:
-    """What each job puts on its PS process, per job (arrays aligned with the jobs).
-
-    `q`: share of its fragments that wait for the PS; `a`: slot time without queueing; `c`,
-    `g`: critical and copy packets per fragment; `frags`: fragments per iteration; `t_fixed`:
-    compute + fixed allreduce time; `cap`: a worker's fragment rate at its share of the
-    switch (inf: unlimited); `server`: its PS process, numbered 0 .. servers-1, or
-    None when every job has a process of its own (process i serves job i); `paced`: its
-    critical packets are its complete sums, one per fragment, paced by its window (atp).
-    """
-
-    q: Vec
-    a: Vec
-    c: Vec
-    g: Vec
-    frags: Vec
-    t_fixed: Vec
-    cap: Vec
-    server: npt.NDArray[np.intp] | None
-    servers: int
-    win: int
-    paced: bool
-
-
-class _Cobham:
-    """The right side of ``x = R / (1 - rho_crit)`` for one `_PsLoad`, at many trial delays.
-
-    What does not depend on the trial delay is worked out once, when it is built; a call
-    takes trial delays of shape ``(points, servers)`` (one row per trial) and answers in
-    the same shape. Each job streams at `_rates`, so it communicates a share d of the time;
-    a communicating job sees its own load in full and the others' duty-weighted.
-
-    Every element is the same sequence of float operations as one trial alone (the same
-    `_rates` and `_stream_time` arithmetic, in the same order), so a row's answer does not
-    depend on what else is evaluated with it: `_solve_wait` relies on that.
-    """
-
-    def __init__(self, s: float, fs: float, w: int, load: _PsLoad) -> None:
-        self.s, self.fs, self.w, self.load = s, fs, w, load
-        # atp on a process of its own: the job's window paces its complete sums a slot
-        # apart each, deterministic service, so they do not queue behind one another below
-        # capacity (`_PsLoad.cap` holds it to capacity): no delay at any trial.
-        self.zero = load.server is None and load.paced
-        # min(min(1/fs, windowed), cap) == min(windowed, min(1/fs, cap)): a min is exact.
-        self.cap = np.minimum(1 / fs, load.cap)
-        # `_stream_time`'s terms that depend on the fragment count alone.
-        frags, win = load.frags, load.win
-        rounds = np.ceil(frags / win - 1e-9)
-        short = np.where(frags > win, rounds * win - frags, 0.0)
-        self.first = np.minimum(frags, win) - short
-        # Rows of trials -> the bincount index of each (row, server), made on first use.
-        self.flat: dict[int, npt.NDArray[np.intp]] = {}
-        # Per process, its jobs' terms as Python floats (for `at`), made on first use.
-        self.rows: list[list[tuple[float, ...]]] | None = None
-
-    def __call__(self, x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        if self.zero:
-            return np.zeros_like(x)
-        load, s, fs = self.load, self.s, self.fs
-        srv = load.server
-        xj = x if srv is None else x[:, srv]
-        slot = load.a + load.q * xj
-        r = np.minimum(self.w / slot, self.cap)
-        unit = np.maximum(0.0, 2 * slot / load.win - 1 / r - fs)
-        t = load.frags / r + slot - self.first * unit
-        d = t / (t + load.t_fixed)  # > 0: every process serves at least one job
-        # A job's packets over its whole iteration, the others' view of it: one iteration's
-        # fragments, not its streaming rate times its duty (which counts the wait for its
-        # last results as streaming). While it communicates it sees its own at its
-        # streaming rate.
-        avg = load.frags / (t + load.t_fixed)
-        crit_j = avg * load.c
-        copies_j = avg * load.g
-        extra = d * (r - avg)
-        self_crit_j = extra * load.c
-        self_all_j = self_crit_j + extra * load.g
-        if srv is None:
-            crit, copies, self_crit, self_all, total_d = (
-                crit_j, copies_j, self_crit_j, self_all_j, d,
-            )  # fmt: skip
-        else:
-            crit, copies, self_crit, self_all, total_d = (
-                self._by_server(v) for v in (crit_j, copies_j, self_crit_j, self_all_j, d)
-            )
-        rho_c = s * (crit + self_crit / total_d)
-        rho_all = s * (crit + copies + self_all / total_d)
-        queued = np.minimum(1.0, rho_all) * (s / 2) / np.maximum(1 - rho_c, 1e-300)
-        out: npt.NDArray[np.float64] = np.where(rho_c >= 1, np.inf, queued)
-        return out
-
-    def _by_server(self, per_job: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        """Row by row, each server's sum over its jobs, added in job order (as `_sum_by`)."""
-        points, servers = per_job.shape[0], self.load.servers
-        index = self.flat.get(points)
-        if index is None:
-            assert self.load.server is not None
-            rows = np.arange(points, dtype=np.intp)[:, None] * servers
-            index = self.flat[points] = (rows + self.load.server[None, :]).ravel()
-        sums = _sum_by(index, per_job.ravel(), points * servers)
-        return sums.reshape(points, servers)
-
-    def at(self, process: int, x: float) -> float:
-        """``self`` at trial delay `x` for `process` alone, in Python floats: the same
-        operations in the same order, so the same answer, without an array call's overhead
-        (`_solve_wait` uses it once few processes are left to bisect)."""
-        if self.zero:
-            return 0.0
-        s, fs, w, win = self.s, self.fs, self.w, self.load.win
-        crit = copies = self_crit = self_all = total_d = 0.0
-        for a, q, cap, frags, first, t_fixed, c, g in self._jobs_of(process):
-            slot = a + q * x
-            r = min(w / slot, cap)
-            unit = max(0.0, 2 * slot / win - 1 / r - fs)
-            t = frags / r + slot - first * unit
-            d = t / (t + t_fixed)
-            avg = frags / (t + t_fixed)
-            crit_j = avg * c
-            copies_j = avg * g
-            extra = d * (r - avg)
-            self_crit_j = extra * c
-            # Summed in job order from 0.0, as `_sum_by` sums them.
-            crit += crit_j
-            copies += copies_j
-            self_crit += self_crit_j
-            self_all += self_crit_j + extra * g
-            total_d += d
-        rho_c = s * (crit + self_crit / total_d)
-        rho_all = s * (crit + copies + self_all / total_d)
-        queued = min(1.0, rho_all) * (s / 2) / max(1 - rho_c, 1e-300)
-        return math.inf if rho_c >= 1 else queued
-
-    def _jobs_of(self, process: int) -> list[tuple[float, ...]]:
-        """The terms `at` reads, one tuple per job of `process`, in job order."""
-        if self.rows is None:
-            load = self.load
-            columns = (load.a, load.q, self.cap, load.frags, self.first, load.t_fixed, load.c)
-            per_job = list(zip(*(v.tolist() for v in (*columns, load.g)), strict=True))
-            owner = range(len(per_job)) if load.server is None else load.server.tolist()
-            self.rows = [[] for _ in range(load.servers)]
-            for job, proc in enumerate(owner):
-                self.rows[proc].append(per_job[job])
-        return self.rows[process]
-
-
-# Bisection steps `_solve_wait` takes per evaluation of `_Cobham`: it evaluates the whole
-# tree of the next midpoints (2^depth - 1 of them) at once, which costs little more than one
-# midpoint on arrays this small, then walks down it.
-_TREE_DEPTH = 4
-# With this many processes or fewer left to bisect, `_Cobham.at` (Python floats, one process at
-# a time) costs less than an array call on all of them.
-_FEW = 4
-
-
-def _solve_wait(s: float, fs: float, w: int, load: _PsLoad, guess: Vec | None = None) -> Vec:
-    """The queueing delay x of critical packets at each PS process, by bisection.
-
-    The left side of ``x = R / (1 - rho_crit)`` (Cobham, ``R = min(1, rho_all) s / 2``)
-    grows with x, the right side (`_Cobham`) shrinks as jobs slow down, so each process has
-    one root; windows keep rho_crit below 1. All processes are bisected at once, each to a
-    relative tolerance of `_XTOL`. `guess` (an earlier root) narrows the starting bracket
-    ``[0, 1]`` to within 2% of it when the root lies there, which saves most bisections.
-
-    Each bisection step halves the bracket at its midpoint, as a plain bisection does, and
-    the answer is the one a plain bisection gives, bit for bit; only the midpoints of the
-    next `_TREE_DEPTH` steps, both ways down, are evaluated together
-    (`tests/scheduler/test_fluid` holds the plain bisection it must match).
-    """
-    n = load.servers
-    f = _Cobham(s, fs, w, load)
-    lo, hi = np.zeros(n), np.ones(n)
-    if guess is not None:
-        below, above = 0.98 * guess, 1.02 * guess + 5e-13
-        right = f(np.stack((below, above)))
-        lo = np.where(right[0] > below, below, lo)
-        hi = np.where(right[1] > above, hi, above)
-    live = ~(hi - lo < _XTOL * (lo + 1e-9))
-    steps = 0
-    columns = np.arange(n)
-    while steps < _BISECTIONS and live.any():
-        few = np.flatnonzero(live)
-        if len(few) <= _FEW:
-            for i in few.tolist():
-                lo[i], hi[i] = _bisect_one(f, i, float(lo[i]), float(hi[i]), steps)
-            break
-        depth = min(_TREE_DEPTH, _BISECTIONS - steps)
-        # Level k of the tree holds the 2^k brackets k steps down, node i's children being
-        # i (its midpoint was above the root, so it became hi) and i + 2^k (below: lo);
-        # rows 2^k - 1 .. 2^(k+1) - 2 of `tree` hold level k's midpoints.
-        levels_lo, levels_hi, mids = [lo[None, :]], [hi[None, :]], []
-        for _ in range(depth):
-            level_lo, level_hi = levels_lo[-1], levels_hi[-1]
-            mid = 0.5 * (level_lo + level_hi)
-            mids.append(mid)
-            levels_lo.append(np.concatenate((level_lo, mid)))
-            levels_hi.append(np.concatenate((mid, level_hi)))
-        tree = np.concatenate(mids).ravel()
-        up_at = f(tree.reshape(-1, n)).ravel() > tree  # whether the root lies above
-        # Each process's path down the tree: its node's flat index in `tree`, level by level
-        # (level k + 1's rows start 2^k rows after level k's; an up step skips 2^k more).
-        path = np.empty((depth + 1, n), dtype=np.intp)
-        path[0] = columns
-        for k in range(depth):
-            path[k + 1] = path[k] + np.where(up_at.take(path[k]), (2 * n) << k, n << k)
-        # The bracket each step leads to: the same node in levels 1 .. depth, one row lower.
-        after = path[1:] - n
-        lo_after = np.concatenate(levels_lo[1:]).ravel().take(after)
-        hi_after = np.concatenate(levels_hi[1:]).ravel().take(after)
-        done = hi_after - lo_after < _XTOL * (lo_after + 1e-9)
-        # A process stops at the first step that brings it within tolerance.
-        settled = done.any(axis=0)
-        last = np.where(settled, done.argmax(axis=0), depth - 1)
-        lo = np.where(live, lo_after[last, columns], lo)
-        hi = np.where(live, hi_after[last, columns], hi)
-        live &= ~settled
-        steps += depth
-    out: Vec = 0.5 * (lo + hi)
-    return out
-
-
-def _bisect_one(f: _Cobham, process: int, lo: float, hi: float, steps: int) -> tuple[float, float]:
-    """`_solve_wait`'s bisection for one process in Python floats, from `steps` steps on:
-    its bracket ``(lo, hi)`` once it is within tolerance or the steps run out."""
-    while steps < _BISECTIONS:
-        x = 0.5 * (lo + hi)
-        if f.at(process, x) > x:
-            lo = x
-        else:
-            hi = x
-        steps += 1
-        if hi - lo < _XTOL * (lo + 1e-9):
-            break
-    return lo, hi
-
-
 def comm_rates(
     cfg: SimConfig,
     policy: Policy,
@@ -482,9 +245,10 @@ def comm_rates(
     `start` (optional) seeds the fixed-point iteration with an earlier answer, e.g. the
     previous set of contending jobs: jobs found there start from their bypass, eviction and
     PS-wait shares instead of zero, which saves rounds when one job joins or leaves. The
-    answer is the same fixed point either way: to the iteration's tolerance where it settles
-    within `_ROUNDS` rounds, within about 5% of ``t_comm_s`` where it does not (close to PS
-    saturation, where the PS delay is steep in the loss shares; `tests/scheduler/test_fluid`).
+    answer is the same fixed point either way: to the iteration's tolerance (on the loss
+    shares, and on the wait's part of each fragment's slot) where it settles within `_ROUNDS`
+    rounds, within about 5% of ``t_comm_s`` where it does not (close to PS saturation, where
+    the PS delay is steep in the loss shares; `tests/scheduler/test_fluid`).
     """
     if not policy.shared:
         return _static(cfg, jobs)
@@ -505,25 +269,26 @@ def comm_rates(
     server = np.array([servers.setdefault(cfg.ps_of(i), len(servers)) for i in ids], dtype=np.intp)
     own = len(servers) == len(ids)  # a process per job, numbered in job order
     by_server = None if own else server
-    per_server = _sum_by(server, None, len(servers))
+    per_server = sum_by(server, None, len(servers))
     level = np.array([j.priority if preempt else 0 for j in jobs], dtype=np.intp)
     top = int(level.max()) + 2
     seen = [start.get(i) for i in ids] if start else [None] * len(ids)
     bypass = np.array([r.bypass if r else 0.0 for r in seen])
     evict = np.array([r.evict if r else 0.0 for r in seen])
     wait = np.array([r.ps_wait_s if r else 0.0 for r in seen])
-    open_wait = wait  # the open-queue (Cobham) part of it, which the bisection solves for
+    open_wait = wait  # the open-queue (Cobham) part of it, which `solve_wait` solves for
     warm = start is not None
     claims_above = np.zeros(top + 1)
-    # Damped (Mann) iteration on the loss shares, one step size per share. Near PS saturation
-    # the map overshoots so far that a fixed step settles into a 2-cycle; a share whose pull
-    # reverses direction (an oscillation) has its step halved, one that keeps its direction
-    # gets it back a little at a time, so the shares that are not oscillating keep moving.
-    step = np.full(2 * len(jobs), 0.5)
+    # Damped (Mann) iteration on the loss shares, one step size per share (`_adapt`). A
+    # share's target hardly moves with the share itself, so a full step settles most in a few
+    # rounds; near PS saturation the map overshoots so far that a fixed step settles into a
+    # 2-cycle, and a share whose pull reverses direction (an oscillation) has its step halved.
+    step = np.ones(2 * len(jobs))
     pull = np.zeros(2 * len(jobs))
     cap = np.full(len(jobs), np.inf)
     split = np.zeros(len(jobs))
     ps_cap = np.full(len(jobs), np.inf)
+    ps_step, ps_gap = np.ones(len(jobs)), np.zeros(len(jobs))
     for _ in range(_ROUNDS):
         lost = bypass + evict
         q = lost if release else np.ones_like(lost)
@@ -543,20 +308,22 @@ def comm_rates(
             if own and not release
             else np.full(len(jobs), np.inf)
         )
-        # Damped like the switch's share: near the knee the cap and the loss shares pull on
-        # each other, and undamped they settle into a cycle.
+        # Damped like the loss shares: near the knee the cap and the shares pull on each
+        # other, and undamped they settle into a cycle.
         both = np.isfinite(new_ps_cap) & np.isfinite(ps_cap)
         gap = np.subtract(new_ps_cap, ps_cap, out=np.zeros(len(jobs)), where=both)
         moved_ps = np.abs(gap) / np.where(both, new_ps_cap, 1.0)
+        ps_step = _adapt(ps_step, gap, ps_gap)
+        ps_gap = gap
         ps_cap = np.where(
-            np.isinf(ps_cap) | np.isinf(new_ps_cap), new_ps_cap, 0.5 * (ps_cap + new_ps_cap)
+            np.isinf(ps_cap) | np.isinf(new_ps_cap), new_ps_cap, ps_cap + ps_step * gap
         )
         held_to = np.minimum(cap, ps_cap)
-        load = _PsLoad(
+        load = PsLoad(
             q, a, c, g, frags, iter_s + last, held_to, by_server, len(servers), win, not release
         )
-        guess = _sum_by(server, open_wait, len(servers)) / per_server if warm else None
-        x = _solve_wait(s, fs, win, load, guess)[server]
+        guess = sum_by(server, open_wait, len(servers)) / per_server if warm else None
+        x = solve_wait(s, fs, win, load, guess)[server]
         open_wait = x
         warm = True
         rate = _rates(x, q, a, win, fs, held_to)
@@ -568,7 +335,9 @@ def comm_rates(
         uncapped = _rates(x, q, a, win, fs, np.full(len(jobs), np.inf))
         overflow = np.maximum(0.0, win / at_ps - win / uncapped)
         x = x + np.divide(overflow, q, out=np.zeros(len(jobs)), where=q > 0)
-        delta = float(np.max(np.abs(x - wait) / (x + detour)))
+        # The wait has settled when its part of a fragment's slot (q x) has: near the PS's knee
+        # the wait itself is steep in the loss shares, where q is small and the slot is not.
+        delta = float(np.max(np.abs(q * (x - wait)) / (a + q * x)))
         delta = max(delta, float(np.max(moved_ps, initial=0.0)))
         wait = x
         slot = a + q * x
@@ -608,8 +377,8 @@ def comm_rates(
             delta = max(delta, float(np.max(np.minimum(moved_cap, 1.0))))
             cap = np.where(np.isinf(cap), new_cap, 0.5 * (cap + new_cap))
         # Time-averaged aggregators held, and claim rates, by priority level (atp: all at 0).
-        held_at = _sum_by(level, duty * held, top)
-        claims_at = _sum_by(level, duty * thr * (1 - lost), top)
+        held_at = sum_by(level, duty * held, top)
+        claims_at = sum_by(level, duty * thr * (1 - lost), top)
         held_ge = np.append(np.cumsum(held_at[::-1])[::-1], 0.0)
         claims_above = np.append(_above(claims_at), 0.0)
         claims_ge = claims_above[:-1] + claims_at
@@ -636,38 +405,36 @@ def comm_rates(
         delta = max(delta, float(np.max(np.abs(new_split - split))))
         split = new_split
         new_pull = np.concatenate((b - bypass, e - evict))
-        step = np.where(new_pull * pull < 0, np.maximum(step / 2, _MIN_STEP), step)
-        step = np.where(new_pull * pull > 0, np.minimum(step * 1.25, 0.5), step)
+        step = _adapt(step, new_pull, pull)
         pull = new_pull
         moved = step * new_pull
         count = len(jobs)
-        delta = max(delta, float(np.max(np.abs(moved[:count]) + np.abs(moved[count:]))))
+        # Settled by the pull, not the move: a halved step moves little while a share is still
+        # far from its fixed point.
+        delta = max(delta, float(np.max(np.abs(new_pull[:count]) + np.abs(new_pull[count:]))))
         bypass, evict = bypass + moved[:count], evict + moved[count:]
         if delta < _TOL:
             break
     # Evictions a job suffers per second, shared among the higher jobs by their claim rates.
-    suffered_at = _sum_by(level, evict * frags / (t + iter_s), top + 1)
+    suffered_at = sum_by(level, evict * frags / (t + iter_s), top + 1)
     caused = np.zeros(len(jobs))
     if preempt:
         share = np.divide(suffered_at, claims_above, out=np.zeros(top + 1), where=claims_above > 0)
         below = np.concatenate(([0.0], np.cumsum(share)))  # below[L]: levels < L
         caused = duty * thr * (1 - bypass - evict) * below[level]
-    return {
-        jid: CommRate(
-            float(t[i]),
-            float(bypass[i]),
-            float(evict[i]),
-            float(caused[i]),
-            float(duty[i]),
-            float(held[i] - done[i]),
-            float(done[i]),
-            0.0,
-            float(wait[i]),
-            float(duty[i] * c[i] * thr[i]),
-            float(duty[i] * g[i] * thr[i]),
-        )
-        for i, jid in enumerate(ids)
-    }
+    fields = (t, bypass, evict, caused, duty, held - done, done, np.zeros(len(jobs)), wait,
+              duty * c * thr, duty * g * thr)  # fmt: skip
+    rows = zip(*(v.tolist() for v in fields), strict=True)
+    return {jid: CommRate(*row) for jid, row in zip(ids, rows, strict=True)}
+
+
+def _adapt(step: Vec, pull: Vec, before: Vec) -> Vec:
+    """A damped iteration's step sizes after a round: halved (down to `_MIN_STEP`) where the
+    pull reversed its direction since `before` (an oscillation), grown by a quarter (up to a
+    full step) where it kept it, so that what is not oscillating keeps moving."""
+    step = np.where(pull * before < 0, np.maximum(step / 2, _MIN_STEP), step)
+    out: Vec = np.where(pull * before > 0, np.minimum(step * 1.25, 1.0), step)
+    return out
 
 
 def _tail(
@@ -684,11 +451,6 @@ def _tail(
     share, extra = (lost, ps_part / np.maximum(lost, 1e-12)) if release else (bypass, batch)
     some = 1 - (1 - share) ** m
     return (some - share) * extra
-
-
-def _sum_by(index: npt.NDArray[np.intp], weights: Vec | None, n: int) -> Vec:
-    """``out[k]`` = sum of `weights` (1 each when None) where `index` is k, for k < n."""
-    return np.bincount(index, weights, n).astype(np.float64, copy=False)
 
 
 def _above(per_level: Vec) -> Vec:

@@ -92,13 +92,13 @@ def levels(
     """``{job_id: level}`` for `jobs`: rank by `key` spread over the levels, plus aging."""
     if n_levels < 1:
         raise ValueError(f"n_levels must be >= 1, got {n_levels}")
-    ordered = sorted(jobs, key=lambda j: (key(j), j.arrival_s, j.job_id))
+    # Each key once (job ids are unique, so the views themselves are never compared).
+    ordered = sorted((key(j), j.arrival_s, j.job_id, j) for j in jobs)
     count = len(ordered)
     out: dict[int, int] = {}
     rank = 0
     previous: float | None = None
-    for i, job in enumerate(ordered):
-        k = key(job)
+    for i, (k, _, _, job) in enumerate(ordered):
         if previous is None or k != previous:
             rank = i
             previous = k

@@ -15,8 +15,9 @@ registry's (`scheduler.registry`). The output folder gets ``summary.json``, ``jo
 row per job and policy), ``jct_cdf.png``, ``avg_jct.png``, ``memory_utilisation.png`` and
 ``report.md``; with atp, esa-nopreempt and esa among the policies, the summary and the report
 also decompose esa's gain over atp (`bench.jct.ablation`). A sweep adds one such folder per
-value and ``sweep.csv`` (one row per value); two ``--sweep`` run their grid, one folder and one
-row per point (``memory=4096,load=4``), and draw heatmaps of esa's ratios to atp and static
+value, ``sweep.csv`` (one row per value) and ``cpu.csv`` (the CPU seconds of each point's
+runs); two ``--sweep`` run their grid, one folder and one row per point
+(``memory=4096,load=4``), and draw heatmaps of esa's ratios to atp and static
 over it (`bench.jct.grid`). With
 ``--service URL --token T`` the run is also stored in the service (``POST /bench/runs``) so the
 dashboard shows it. Back-ends: ``--sim`` (default) drives ``scheduler.simulator`` at full
@@ -32,6 +33,7 @@ import logging
 import shlex
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
@@ -85,6 +87,9 @@ class RunOutcome:
     summaries: dict[str, PolicySummary]
     ratios: dict[str, float | None]
     document: dict[str, Any]
+    # CPU seconds of this process per run (the ablation's baseline too): not in the
+    # summary, which is the same whichever process runs it; a sweep's ``cpu.csv``.
+    cpu_s: dict[str, float]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -232,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         outcomes = _run_points_in_parallel(tasks, args.jobs, bar)
     else:
         outcomes = [_run_point(task, runner, bar) for task in tasks]
-    sweep_rows = []
+    sweep_rows, cpu_rows = [], []
     for point, task, outcome in zip(points, tasks, outcomes, strict=True):
         if args.service:
             from bench.jct.store import store_run
@@ -241,13 +246,17 @@ def main(argv: list[str] | None = None) -> int:
         if point:
             gains = outcome.document.get("decomposition", {})
             sweep_rows.append(grid.grid_row(point, outcome.summaries, outcome.ratios, gains))
+            cpu_rows.append(grid.cpu_row(point, outcome.cpu_s))
         else:
             _print_summary(outcome)
     bar.close()
     if sweeps:
         grid.write_grid_csv(out / "sweep.csv", sweep_rows)
+        grid.write_grid_csv(out / "cpu.csv", cpu_rows)
         print(format_table(list(sweep_rows[0]), [list(r.values()) for r in sweep_rows]))
-        print(f"\nsweep table: {out / 'sweep.csv'}")
+        slowest = max(cpu_rows, key=lambda row: row["total"])
+        print(f"\nsweep table: {out / 'sweep.csv'}; CPU seconds per point: {out / 'cpu.csv'} "
+              f"(the most: {slowest['total']:.1f} s)")  # fmt: skip
     if len(sweeps) == 2:
         written, skipped = grid.write_heatmaps(
             out, sweeps, policies, f"{args.workload} ({backend})"
@@ -351,10 +360,13 @@ def run_bench(
     the name of the ``--emu`` configuration the runner uses, for the report)."""
     jobs = with_load(base_jobs, params.load)
     runs = []
+    cpu_s: dict[str, float] = {}
     for policy in policies:
         if bar is not None:
             bar.set_postfix_str(f"{policy} {_short(params)}")
+        started = time.process_time()
         runs.append(runner(jobs, policy, params))
+        cpu_s[policy] = time.process_time() - started
         if bar is not None:
             bar.update(1)
     summaries = {r.policy: summarise(r) for r in runs}
@@ -362,7 +374,9 @@ def run_bench(
     by_arrival = None
     if ablation.needs_baseline(tuple(policies), params.priority):
         baseline = params.with_value("priority", ablation.BASELINE_PRIORITY)
+        started = time.process_time()
         by_arrival = summarise(runner(jobs, ablation.ESA, baseline))
+        cpu_s[f"{ablation.ESA}-{ablation.BASELINE_PRIORITY}"] = time.process_time() - started
     decomposition = ablation.decompose(summaries, by_arrival)
     parameters, extra_sources, ideal_avg, notes = _context(
         jobs, params, backend, workload, emu_config
@@ -397,7 +411,7 @@ def run_bench(
         section = ablation.render(decomposition, params.priority)
         report = "\n".join([report.rstrip("\n"), *section]) + "\n"
     (out / "report.md").write_text(report, encoding="utf-8")
-    return RunOutcome(tuple(runs), summaries, ratio, document)
+    return RunOutcome(tuple(runs), summaries, ratio, document, cpu_s)
 
 
 def _context(

@@ -5,7 +5,9 @@ every policy into a folder of its own named after the point (``memory=4096,load=
 ``sweep.csv`` gets one row per point: the swept parameters, then each policy's average and
 p99 JCT and in-switch share, the ratios of `bench.jct.results.ratios` (baseline / esa: above
 1 esa is faster) and, for two parameters, ``p99_esa_over_atp`` (esa's p99 / atp's: below 1 esa
-is faster). A two-parameter grid also gets one PNG heatmap per entry of `HEATMAPS` whose
+is faster). ``cpu.csv`` has a row per point too: the CPU seconds each run took in the process
+that ran it, and their total (`cpu_row`); it differs between runs, ``sweep.csv`` does not.
+A two-parameter grid also gets one PNG heatmap per entry of `HEATMAPS` whose
 policies ran, drawn from ``sweep.csv`` itself (`grid_matrix`), so a figure can be redrawn
 from the CSV alone and never disagrees with it.
 """
@@ -38,6 +40,7 @@ __all__ = [
     "GridMatrix",
     "Heatmap",
     "Point",
+    "cpu_row",
     "grid_matrix",
     "grid_points",
     "grid_row",
@@ -143,6 +146,14 @@ def grid_row(
         ok = esa is not None and atp is not None and atp.p99_jct > 0
         row[P99_RATIO] = esa.p99_jct / atp.p99_jct if ok else None  # type: ignore[union-attr]
     row.update({f"gain_{k}": v for k, v in decomposition.items()})
+    return row
+
+
+def cpu_row(point: Point, cpu_s: Mapping[str, float]) -> dict[str, Any]:
+    """The point's ``cpu.csv`` row: the swept values, CPU seconds per run, and their total."""
+    row: dict[str, Any] = dict(point)
+    row.update({f"{name}_cpu_s": round(s, 3) for name, s in cpu_s.items()})
+    row["total"] = round(sum(cpu_s.values()), 3)
     return row
 
 

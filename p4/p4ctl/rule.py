@@ -130,14 +130,28 @@ class Registers:
 
     def reclaim_job(self, job: int) -> int:
         """Free every aggregator `job` holds; returns how many. Idempotent."""
-        held = [
-            i
-            for i, (owner, state) in enumerate(zip(self.agg_job, self.agg_state, strict=True))
-            if owner == job and state != AggState.FREE
-        ]
+        held = [i for i in self.owned_by(job) if self.agg_state[i] != AggState.FREE]
         for i in held:
             self.free(i)
         return len(held)
+
+    def owned_by(self, job: int) -> list[int]:
+        """The aggregators whose owner cell holds `job` (free ones too), in index order.
+
+        The scan runs in C (`list.index`, or numpy on arrays): a finished job's reclaim
+        scans every aggregator, and a simulated week finishes thousands of jobs."""
+        owners = self.agg_job
+        if not isinstance(owners, list):
+            found: list[int] = np.flatnonzero(owners == job).tolist()
+            return found
+        out: list[int] = []
+        at = -1
+        while True:
+            try:
+                at = owners.index(job, at + 1)
+            except ValueError:
+                return out
+            out.append(at)
 
 
 @dataclass(frozen=True, slots=True)

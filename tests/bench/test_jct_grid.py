@@ -161,6 +161,15 @@ def test_a_sweep_in_two_processes_writes_the_same_csv_as_in_one(tmp_path: Path) 
         argv = ["--workload", WORKLOAD, "--out", str(out), "--sim", "--quiet", "--jobs", jobs]
         assert main([*argv, *sweeps]) == 0
         csvs.append((out / "sweep.csv").read_bytes())
+        # The CPU seconds differ between runs, so they have a file of their own.
+        cpu = read_grid_csv(out / "cpu.csv")
+        assert [(r["memory"], r["load"]) for r in cpu] == [
+            (m, load) for m in ("256", "16384") for load in ("1", "4")
+        ]
+        for row in cpu:
+            runs = [float(v) for k, v in row.items() if k.endswith("_cpu_s")]
+            assert len(runs) == 3 and all(s >= 0 for s in runs) and sum(runs) > 0
+            assert float(row["total"]) == pytest.approx(sum(runs), abs=0.003)
     assert csvs[0] == csvs[1]
     assert len(csvs[0].splitlines()) == 5  # the header and one row per point
 

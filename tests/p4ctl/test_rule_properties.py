@@ -170,3 +170,22 @@ def _check_exactly_once(regs: Registers, ps: PS, delivered: dict[tuple[int, int]
             seen |= bitmap
         accounted = seen | ps.singles[key]
         assert accounted == bits, f"{key}: delivered {bits:#x}, accounted {accounted:#x}"
+
+
+@given(
+    owners=st.lists(st.tuples(st.integers(0, 3), st.sampled_from(list(AggState))), max_size=40),
+    job=st.integers(0, 3),
+    arrays=st.booleans(),
+)
+def test_reclaiming_a_job_frees_exactly_the_aggregators_it_holds(
+    owners: list[tuple[int, AggState]], job: int, arrays: bool
+) -> None:
+    regs = Registers(max(len(owners), 1), LANES, arrays=arrays)
+    for i, (owner, state) in enumerate(owners):
+        regs.agg_job[i], regs.agg_state[i] = owner, state
+    held = [i for i, (owner, state) in enumerate(owners) if owner == job and state != AggState.FREE]
+    assert regs.reclaim_job(job) == len(held)
+    states = [int(v) for v in regs.agg_state]
+    for i, (_, state) in enumerate(owners):
+        assert states[i] == (AggState.FREE if i in held else state)
+    assert regs.reclaim_job(job) == 0

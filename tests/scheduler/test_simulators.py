@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from scheduler import simulator
 from scheduler.config import PER_JOB, SimConfig
 from scheduler.fluid import FlowJob, comm_rates
 from scheduler.fragsim import simulate_fragments
@@ -125,3 +128,17 @@ def test_progress_mark_resets_the_aging_clock() -> None:
     table.progress_mark(low)  # it made progress: back to the level its rank gives it
     table.decide(2.0)
     assert low.starved_s == 0 and low.priority == base[low.spec.job_id]
+
+
+@pytest.mark.parametrize("policy", ["static", "atp", "esa-nopreempt"])
+@pytest.mark.parametrize("aggregators", [256, 2048])
+def test_a_policy_that_does_not_preempt_needs_no_round_at_a_progress_mark(
+    policy: str, aggregators: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The simulator skips those rounds where ranks are not read; deciding at every event
+    # instead must give the same run, to the byte, with memory scarce (jobs queue) or not.
+    jobs = [replace(j, arrival_s=j.arrival_s / 8) for j in load_workload("synthetic-40")]
+    cfg = SimConfig(policy=policy, pool=Pool(aggregators))
+    skipping = simulate(jobs, cfg)
+    monkeypatch.setattr(simulator, "_reranks", lambda policy: True)
+    assert simulate(jobs, cfg) == skipping
