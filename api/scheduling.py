@@ -20,12 +20,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from p4ctl.backend import Endpoint, JobInstall, SwitchBackend
 from p4ctl.errors import SwitchError
 from p4ctl.protocol import MAX_JOBS
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -65,6 +65,9 @@ ROUND_PAUSE = 3.0
 # Rounds read only changed rows; every so often one reads them all, in case the store was
 # written some other way than through the service's sessions.
 FULL_READ_S = 60.0
+# A gap between two reaps (or a step of the wall clock) shorter than this is jitter, not an
+# absence of the service (`Coordinator._away_s`).
+_AWAY_S = 5.0
 
 
 class Coordinator:
@@ -103,6 +106,9 @@ class Coordinator:
         # workers could not join while the service was away.
         self.started_at = utcnow()
         self.clock = clock
+        # The reaper's own clock, to notice when it could not watch (tests may replace it).
+        self.monotonic: Callable[[], float] = time.monotonic
+        self._last_reap: tuple[float, datetime] | None = None  # (monotonic, wall) of it
         self.ps_registry = ps_registry
         self.lock = threading.RLock()
         self.policy = policy
@@ -417,6 +423,11 @@ class Coordinator:
         """Fail every admitted or running job with a worker silent for longer than the
         heartbeat timeout, and every admitted job whose workers have not all joined within the
         join timeout; True if any."""
+        with self.lock:
+            away = self._away_s()
+            if away:
+                self._restart_liveness_clocks(away)
+                return False
         failed = self._reap_unjoined()
         cutoff = utcnow() - timedelta(seconds=self.heartbeat_timeout_s)
         with self.lock, self.sessions() as s:
@@ -439,6 +450,43 @@ class Coordinator:
             s.commit()
         self.publish_jobs(store.changed.values())
         return bool(store.changed) or failed
+
+    def _away_s(self) -> float:
+        """Seconds since the last reap that the service cannot vouch for, or 0.
+
+        Heartbeats are stamped with the wall clock, and a worker is silent when its stamp is
+        older than the timeout. Two things break that without any worker falling silent: the
+        service (or the whole machine: a paused virtual machine) stopped for a while, so
+        heartbeats waited unread; or the wall clock stepped (a clock sync), so every stamp
+        looks old at once. Either counts when it exceeds half the heartbeat timeout and
+        `_AWAY_S`, which ordinary scheduling jitter on a loaded machine stays under.
+        """
+        now = (self.monotonic(), utcnow())
+        last, self._last_reap = self._last_reap, now
+        if last is None:
+            return 0.0
+        stalled = now[0] - last[0]
+        stepped = abs((now[1] - last[1]).total_seconds() - stalled)
+        away = max(stalled, stepped)
+        return away if away > max(self.heartbeat_timeout_s / 2, _AWAY_S) else 0.0
+
+    def _restart_liveness_clocks(self, away: float) -> None:
+        """After `away` seconds the service could not watch (`_away_s`), every worker of a
+        job holding memory gets a fresh heartbeat timeout, and admitted jobs a fresh join
+        deadline, as after a restart: the service was away, not the workers."""
+        now = utcnow()
+        holding = select(Job.id).where(Job.state.in_(HOLDING))
+        with self.lock, self.sessions() as s:
+            s.execute(
+                update(WorkerRow).where(WorkerRow.job_id.in_(holding)).values(last_heartbeat=now)
+            )
+            s.commit()
+        self.started_at = now
+        log.warning(
+            "the service could not watch the workers for %.0f s (it or its machine stalled, "
+            "or the wall clock stepped): heartbeat timeouts and join deadlines restart now",
+            away,
+        )
 
     def _reap_unjoined(self) -> bool:
         """Fail admitted jobs still short of workers at the join deadline: an admitted job

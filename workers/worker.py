@@ -88,8 +88,9 @@ def model_cost(model: str) -> tuple[int, float] | None:
 class Reporter:
     """Heartbeats (in a thread) and progress reports of one worker to the service.
 
-    A 409 answer means the job has ended: `cancelled` is set, with the service's detail, and
-    `on_cancel` runs (the worker closes its client, so a blocked allreduce returns at once).
+    A 409 answer means the job has ended: `cancelled` is set, with the service's detail,
+    `on_cancel` runs (the worker closes its client, so a blocked allreduce returns at once),
+    and the heartbeats stop.
     A progress report the service did not get (it is restarting) is kept and sent again with
     the next heartbeat; `deliver` waits, bounded, for the last one, so a job whose workers
     finish while the service is down still finishes when it is back.
@@ -145,7 +146,8 @@ class Reporter:
                 return self._unsent is None
 
     def _beat(self) -> None:
-        while not self._stop.wait(self._interval):
+        # Once the service said the job ended there is nothing left to tell it.
+        while self.cancelled is None and not self._stop.wait(self._interval):
             self._send_unsent()
             self._post("/heartbeat")
 

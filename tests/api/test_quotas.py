@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.app import create_app
 from api.models import Job
+from api.scheduling import Coordinator
 from api.settings import Settings
 from api.store import create_tenant_token
 from tests.api.conftest import LiveServer, decided, wait_for
@@ -28,6 +29,7 @@ class Service:
     switch: InMemorySwitch
     sessions: sessionmaker[Session]
     tokens: dict[str, str]
+    coordinator: Coordinator
 
     def auth(self, who: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[who]}"}
@@ -73,7 +75,7 @@ def make_service(settings: Settings) -> Iterator[ServiceFactory]:
         server = LiveServer(app)
         client = httpx.Client(base_url=server.__enter__(), timeout=30)
         servers.append((server, client))
-        return Service(client, switch, sessions, tokens)
+        return Service(client, switch, sessions, tokens, app.state.service.coordinator)
 
     yield make
     for server, client in servers:
@@ -163,12 +165,14 @@ def test_a_tenants_hashed_jobs_hash_into_its_share_of_the_pool(
 def test_an_admitted_job_whose_workers_do_not_join_fails_and_frees_its_switch_id(
     make_service: ServiceFactory,
 ) -> None:
-    service = make_service(tenant_max_jobs=1, join_timeout_s=0.5)
+    service = make_service(tenant_max_jobs=1)
     first = service.submit("alice")["id"]
     second = service.submit("alice")["id"]
     sid = service.row(first).switch_job_id
     assert sid is not None and sid in service.switch.installed_jobs()
     assert service.job(second)["queue_reason"]["kind"] == "tenant_quota"
+    # The deadline starts only now, so a slow machine cannot fail the job before it is read.
+    service.coordinator.join_timeout_s = 0.5
 
     wait_for(lambda: service.job(first)["state"] == "failed", "the join deadline")
     failed = service.job(first)
@@ -182,7 +186,7 @@ def test_an_admitted_job_whose_workers_do_not_join_fails_and_frees_its_switch_id
 def test_a_job_whose_workers_all_joined_is_not_failed_by_the_join_deadline(
     make_service: ServiceFactory,
 ) -> None:
-    service = make_service(join_timeout_s=0.5)
+    service = make_service()
     job = service.submit("alice", n_workers=1)
     join = service.client.post(
         f"/jobs/{job['id']}/workers",
@@ -191,6 +195,7 @@ def test_a_job_whose_workers_all_joined_is_not_failed_by_the_join_deadline(
     )
     assert join.status_code == 201, join.text
     assert service.job(job["id"])["state"] == "running"
+    service.coordinator.join_timeout_s = 0.5  # from now: a slow join cannot fail it first
     late = service.submit("alice")
     wait_for(lambda: service.job(late["id"])["state"] == "failed", "the other job's deadline")
     assert service.job(job["id"])["state"] == "running"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -10,6 +12,7 @@ import pytest
 from p4ctl.backend import Endpoint, InMemorySwitch, JobInstall
 from p4ctl.protocol import Policy
 
+from api import scheduling
 from api.app import create_app
 from api.models import Job
 from api.settings import Settings
@@ -176,3 +179,47 @@ def test_a_job_the_switch_cannot_take_back_after_a_restart_fails_visibly(
             headers=auth,
         )
         assert again.status_code == 201, again.text
+
+
+def test_a_stepped_wall_clock_or_a_stalled_service_fails_no_job(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Heartbeats are stamped with the wall clock: when it steps forward by more than the
+    heartbeat timeout, or the service (a paused machine) stops that long, every stamp looks
+    old, yet no worker fell silent. The reaper restarts the clocks instead of failing jobs."""
+    wall_shift, mono_shift = [0.0], [0.0]
+    real_utcnow = scheduling.utcnow
+    monkeypatch.setattr(
+        scheduling, "utcnow", lambda: real_utcnow() + timedelta(seconds=wall_shift[0])
+    )
+    switch = InMemorySwitch(settings.aggregators, settings.lanes)
+    app = create_app(settings, backend=switch)
+    with app.state.service.sessions() as s:
+        token = create_tenant_token(s, tenant="alice")
+    auth = {"Authorization": f"Bearer {token}"}
+    with LiveServer(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        coordinator = app.state.service.coordinator
+        coordinator.monotonic = lambda: time.monotonic() + mono_shift[0]
+        body = {"name": "a", "n_workers": 1, "iterations": 5, "gradient_bytes": 64}
+        job = client.post("/jobs", json=body, headers=auth).json()
+        joined = client.post(
+            f"/jobs/{job['id']}/workers",
+            json={"data_host": "127.0.0.1", "data_port": 40001},
+            headers={"Authorization": f"Bearer {job['join_token']}"},
+        )
+        assert joined.status_code == 201, joined.text
+
+        def state() -> str:
+            return str(client.get(f"/jobs/{job['id']}", headers=auth).json()["state"])
+
+        assert state() == "running"
+        coordinator.reap()
+        wall_shift[0] = 4 * settings.heartbeat_timeout_s  # a clock sync steps the wall clock
+        assert not coordinator.reap()
+        assert not coordinator.reap()
+        assert state() == "running"
+        wall_shift[0] += 4 * settings.heartbeat_timeout_s  # the machine pauses: both move
+        mono_shift[0] += 4 * settings.heartbeat_timeout_s
+        assert not coordinator.reap()
+        assert not coordinator.reap()
+        assert state() == "running"

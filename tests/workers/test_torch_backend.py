@@ -9,6 +9,7 @@ each rank writes what it saw to ``OUT/rank{rank}.npz`` and ``OUT/rank{rank}.json
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import socket
@@ -26,6 +27,9 @@ from workers.errors import ClientClosed
 from workers.quant import DEFAULT_EXPONENT, error_bound
 
 HANG_GUARD_S = 240
+# A rank still running this long after it started prints every thread's stack and exits, so a
+# hang fails the test with the place it hung (the test shows the ranks' stderr).
+DUMP_STACKS_AFTER_S = HANG_GUARD_S - 30
 WORLD = 2
 # (name, dtype, op, size): distinct sizes, so each tensor's first allreduce uses the default
 # exponent (``workers.quant``), which the bound below assumes.
@@ -40,6 +44,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def probe(out: Path) -> None:
     """One rank's part (see the module docstring)."""
+    faulthandler.dump_traceback_later(DUMP_STACKS_AFTER_S, exit=True)
     import workers.torch_backend  # noqa: F401  # registers the backend
 
     dist.init_process_group("inasched")
@@ -111,6 +116,7 @@ def probe(out: Path) -> None:
     except ClientClosed:
         summary["closed_by_destroy"] = True
     (out / f"rank{rank}.json").write_text(json.dumps(summary))
+    faulthandler.cancel_dump_traceback_later()
 
 
 def free_port() -> int:
@@ -130,8 +136,13 @@ def run_ranks(url: str, job: dict[str, Any], out: Path) -> None:
     )
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD)]
     cmd += ["--master-addr", "127.0.0.1", "--master-port", str(free_port()), __file__, str(out)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
-    assert done.returncode == 0, done.stderr[-5000:]
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    except subprocess.TimeoutExpired as exc:
+        stderr = exc.stderr or ""  # bytes on POSIX, whatever `text` says
+        stderr = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr
+        raise AssertionError(f"the ranks hung for {HANG_GUARD_S} s:\n{stderr[-8000:]}") from exc
+    assert done.returncode == 0, done.stderr[-8000:]
 
 
 def test_inasched_backend_under_torchrun(tmp_path: Path) -> None:

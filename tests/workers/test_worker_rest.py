@@ -16,6 +16,7 @@ from p4ctl.backend import Endpoint
 from p4ctl.protocol import Policy
 
 from workers import worker
+from workers.rendezvous import parse_join
 
 
 class FakeService(ThreadingHTTPServer):
@@ -111,3 +112,19 @@ def test_bad_token_is_a_join_error(start_service: Any, capsys: pytest.CaptureFix
     svc = start_service(None)
     assert worker.main(["--job", "7", "--token", "wrong", "--service", svc.url]) == 5
     assert "refused (401): bad token" in capsys.readouterr().err
+
+
+def test_heartbeats_stop_once_the_service_says_the_job_ended(start_service: Any) -> None:
+    svc = start_service(cancel_after=0)  # every heartbeat is answered 409
+    body = svc.rig.join_body(7, 0, 1, Policy.ATP)
+    body.update(heartbeat_interval_s=0.01)
+    told = threading.Event()
+    reporter = worker.Reporter(svc.url, parse_join(body), "tok", told.set)
+    try:
+        assert told.wait(30)
+        reporter._thread.join(30)  # the heartbeat thread ends by itself
+        assert not reporter._thread.is_alive()
+        assert reporter.cancelled == "cancelled"
+        assert svc.heartbeats == 1
+    finally:
+        reporter.close()
