@@ -3,9 +3,10 @@
 `ActiveJobs` keeps the rows a round sees (every live job, and ended jobs still holding a switch
 job id) in memory and re-reads only the jobs whose rows were committed since the last round:
 a listener on the service's session factory collects the ids of the `Job` rows each
-transaction flushed and hands them over once it commits. `ActiveJobs.to_load` picks the few
-jobs a round's decisions will write, so that a queued job whose reason did not change is never
-loaded as an ORM object (`api.jobstore.SqlJobStore` answers for it from its row). `JobWaiters`
+transaction flushed and hands them over once it commits. `ActiveJobs.to_apply` drops the
+waits that change nothing and picks the few jobs the other decisions write, so that a queued
+job whose reason did not change is neither applied nor loaded as an ORM object
+(`api.jobstore.SqlJobStore` answers for the others' unchanged jobs from their rows). `JobWaiters`
 lets an async request wait for a job to change (a worker joining a queued job) without holding
 a thread.
 
@@ -64,8 +65,9 @@ class ActiveJobs:
 
     The first `refresh` (and the one after `reload`) selects them all; later ones select only
     the jobs committed since, so a round costs no query per unchanged job and builds no view
-    for it. Only sessions of `sessions` are seen: whatever writes the store some other way
-    must `reload` (the coordinator does every `FULL_READ_S` in case)."""
+    for it. Only flushes of `sessions` are seen: whatever writes the store some other way must
+    say what it wrote (`written`) or `reload` (the coordinator reloads every `FULL_READ_S` in
+    case)."""
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self.sessions = sessions
@@ -104,6 +106,12 @@ class ActiveJobs:
 
     def _rollback(self, session: Session) -> None:
         session.info.pop(_PENDING, None)
+
+    def written(self, job_ids: Iterable[int]) -> None:
+        """Jobs committed without a flush of `sessions` (`api.store.insert_jobs`): the next
+        `refresh` reads them."""
+        with self._lock:
+            self._committed.update(job_ids)
 
     def reload(self) -> None:
         """Have the next `refresh` select every row again."""
@@ -156,26 +164,34 @@ class ActiveJobs:
         self.queued.discard(job_id)
         self.ended.discard(job_id)
 
-    def to_load(
+    def to_apply(
         self, decisions: Sequence[Decision], ids: SwitchIds, reasons: QueueReasons
-    ) -> set[int]:
-        """The jobs a round of `decisions` will write, to load in one query: the `ended` jobs
-        it releases; every decision's job but a wait's whose reason stays as stored; and of
+    ) -> tuple[list[Decision], set[int]]:
+        """``(decisions, jobs to load)``: `decisions` without the waits that change nothing
+        (a queued job told again why it waits, as its row says: the reason is recorded in
+        `reasons` here, and the applier need not see it), and the jobs the rest will write, to
+        load in one query: the `ended` jobs the round releases, every decision's job, but of
         the admissions only as many as there are free switch job ids (the others stay queued
         for want of one, and are loaded only if that changes their reason)."""
         free = ids.size - len(ids.owners)
-        out = set(self.ended)
+        load = set(self.ended)
+        kept: list[Decision] = []
         for d in decisions:
             if isinstance(d, Queue):
                 row = self.rows.get(d.job_id)
-                if row is not None and row.reason == reasons.queued(d.job_id, d).message:
+                if (
+                    row is not None
+                    and row.state == JobState.QUEUED
+                    and row.reason == reasons.queued(d.job_id, d).message
+                ):
                     continue
-            elif isinstance(d, Admit):
+            kept.append(d)
+            if isinstance(d, Admit):
                 if free <= 0:
                     continue
                 free -= 1
-            out.add(d.job_id)
-        return out
+            load.add(d.job_id)
+        return kept, load
 
     def ordered_views(self, starved: Mapping[int, float]) -> list[JobView]:
         """Every `JobView` by job id, with the seconds each job starved (the aging input)."""

@@ -144,6 +144,7 @@ class Service:
         """New jobs are in the store: a decision round for them, and their events."""
         coordinator = self.coordinator_
         if coordinator is not None and self.leading:
+            coordinator.active.written(job.id for job in jobs)
             coordinator.reschedule(wait=False)
             coordinator.publish_jobs(jobs)
 

@@ -303,7 +303,10 @@ class Coordinator:
         """One decision round now: decide on every live job and apply the decisions."""
         now = self.clock()
         active = self.active
-        with self.sessions() as s:
+        # Nothing is flushed before the commit: a round's reads never need its own writes (a
+        # job it changed stays in the session), and on SQLite a flush takes the one write
+        # lock, which the submissions' writer would wait for until the round's commit.
+        with self.sessions() as s, s.no_autoflush:
             # Plain rows, not ORM objects, re-read only where a commit changed them: a round
             # sees every active job but usually changes a few, and only those are loaded.
             active.refresh(s)
@@ -319,11 +322,8 @@ class Coordinator:
             decisions = [*waits, *within_share(chosen, offered, tenant_of, limits, self.pool)]
             # A wait changes at most a reason; every other decision may end a job.
             acted = {d.job_id for d in decisions if not isinstance(d, Queue)} | active.ended
-            store = self.store(
-                s,
-                load_jobs(s, active.to_load(decisions, self.applier.ids, self.queue_reasons)),
-                known=True,
-            )
+            decisions, to_load = active.to_apply(decisions, self.applier.ids, self.queue_reasons)
+            store = self.store(s, load_jobs(s, to_load), known=True)
             self.applier.apply(store, now, decisions, policy=self.scheduler.policy_name)
             for job_id in sorted(acted):
                 # Release is idempotent; a terminal job keeps no switch state even if a

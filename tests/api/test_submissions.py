@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import event, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.db import open_database
@@ -18,7 +18,7 @@ from api.errors import Invalid
 from api.models import Job
 from api.schemas import JobCreate
 from api.store import create_tenant_token
-from api.submissions import Submission, Submissions, SubmissionsClosed, UnknownToken
+from api.submissions import Submission, Submissions, SubmissionsClosed, Submitted, UnknownToken
 
 
 @pytest.fixture
@@ -54,14 +54,6 @@ def test_waiting_submissions_share_one_commit_and_fail_alone(
         commits += 1
 
     event.listen(sessions, "after_commit", count)
-    flushes = 0  # one per batch: nothing flushed before its commit, so on PostgreSQL the
-    # batch's jobs go in one multi-row INSERT (SQLite takes them one by one all the same)
-
-    def flushed(_session: Session, _context: object) -> None:
-        nonlocal flushes
-        flushes += 1
-
-    event.listen(sessions, "after_flush", flushed)
     writer = Submissions(sessions, on_stored=on_stored)
 
     async def run() -> list[object]:
@@ -89,7 +81,7 @@ def test_waiting_submissions_share_one_commit_and_fail_alone(
     assert a1.join_token and a2.join_token is None and a1.job.id == a2.job.id  # type: ignore[union-attr]
     assert first.join_token and d.join_token and e.join_token  # type: ignore[union-attr]
     # Two transactions: the first submission's, then every other one's together.
-    assert commits == 2 and writer.batches == 2 and flushes == 2
+    assert commits == 2 and writer.batches == 2
     assert stored == [[first.job.id], [a1.job.id, d.job.id, e.job.id]]  # type: ignore[union-attr]
     with sessions() as s:
         owners = sorted((j.name, j.tenant_id) for j in s.scalars(select(Job)))
@@ -107,3 +99,33 @@ def test_a_closed_writer_refuses_and_stores_nothing(
         asyncio.run(writer.submit(_submission(token, "late")))
     with sessions() as s:
         assert s.scalars(select(Job)).all() == []
+
+
+def test_a_stored_job_reads_as_the_writer_answered_it(
+    store: tuple[sessionmaker[Session], str, str],
+) -> None:
+    """The writer stores jobs with one INSERT, not through the ORM: what it answers (and hands
+    to `on_stored`) is what the store holds, column by column, and a column no job sets (the
+    JSON counter base) is NULL, not JSON null."""
+    sessions, token, _ = store
+    handed: list[Job] = []
+    writer = Submissions(sessions, on_stored=handed.extend)
+
+    async def run() -> list[Submitted]:
+        return await asyncio.gather(
+            writer.submit(_submission(token, "plain")),
+            writer.submit(_submission(token, "keyed", key="k-1", size=2_000)),
+        )
+
+    try:
+        answered = [done.job for done in asyncio.run(run())]
+    finally:
+        writer.close()
+    assert sorted(j.id for j in handed) == sorted(j.id for j in answered)
+    columns = [c.key for c in Job.__table__.columns]
+    with sessions() as s:
+        for job in answered:
+            stored = s.get(Job, job.id)
+            assert stored is not None
+            assert {k: getattr(stored, k) for k in columns} == {k: getattr(job, k) for k in columns}
+        assert s.scalar(select(func.count()).where(Job.counter_base.is_(None))) == 2
