@@ -107,9 +107,14 @@ class QueueReasons:
         self._decided[job_id] = decision
         return why
 
+    @staticmethod
+    def no_switch_job_id_message(max_jobs: int) -> str:
+        """What a job hears when the switch's job table (`max_jobs` entries) is full."""
+        return f"all {max_jobs:,} switch job ids in use"
+
     def no_switch_job_id(self, job_id: int, max_jobs: int) -> QueueReason:
         """Record that the switch's job table (`max_jobs` entries) had no free entry."""
-        message = f"all {max_jobs:,} switch job ids in use"
+        message = self.no_switch_job_id_message(max_jobs)
         known = self._by_job.get(job_id)
         if known is not None and known.kind == "switch_job_ids" and known.message == message:
             return known  # a backlog hears this every round

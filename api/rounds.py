@@ -167,29 +167,36 @@ class ActiveJobs:
     def to_apply(
         self, decisions: Sequence[Decision], ids: SwitchIds, reasons: QueueReasons
     ) -> tuple[list[Decision], set[int]]:
-        """``(decisions, jobs to load)``: `decisions` without the waits that change nothing
-        (a queued job told again why it waits, as its row says: the reason is recorded in
-        `reasons` here, and the applier need not see it), and the jobs the rest will write, to
-        load in one query: the `ended` jobs the round releases, every decision's job, but of
-        the admissions only as many as there are free switch job ids (the others stay queued
-        for want of one, and are loaded only if that changes their reason)."""
+        """``(decisions, jobs to load)``: `decisions` without those that change nothing, and
+        the jobs the rest will write, to load in one query.
+
+        A queued job told again why it waits, as its row says, changes nothing; so does an
+        admission while every switch job id is taken, of a job whose row says it waits for
+        one (their reasons are recorded in `reasons` here). The `ended` jobs the round
+        releases are loaded, and every kept decision's job but the admissions beyond the free
+        ids whose row already says why they will wait."""
         free = ids.size - len(ids.owners)
+        # Ids are freed only under the round's lock: a table full now stays full.
+        full = free <= 0
+        no_ids = reasons.no_switch_job_id_message(ids.size)
         load = set(self.ended)
         kept: list[Decision] = []
         for d in decisions:
+            row = self.rows.get(d.job_id)
+            # Why the job waits, as its row says (None: it does not wait).
+            waits = row.reason if row is not None and row.state == JobState.QUEUED else None
             if isinstance(d, Queue):
-                row = self.rows.get(d.job_id)
-                if (
-                    row is not None
-                    and row.state == JobState.QUEUED
-                    and row.reason == reasons.queued(d.job_id, d).message
-                ):
+                if waits == reasons.queued(d.job_id, d).message:
+                    continue
+            elif isinstance(d, Admit):
+                free -= 1
+                if free < 0 and waits == no_ids:
+                    if full:  # it waits for a switch job id, as its row says
+                        reasons.no_switch_job_id(d.job_id, ids.size)
+                        continue
+                    kept.append(d)  # applied, in case an earlier one is refused
                     continue
             kept.append(d)
-            if isinstance(d, Admit):
-                if free <= 0:
-                    continue
-                free -= 1
             load.add(d.job_id)
         return kept, load
 

@@ -14,10 +14,10 @@ from api.db import open_database
 from api.jobviews import QueueReasons
 from api.models import Job
 from api.rounds import ActiveJobs
-from api.schemas import JobCreate
+from api.schemas import JobCreate, QueueReason
 from api.store import create_tenant_token, insert_jobs, new_job, tenant_for_token
 from scheduler.applier import SwitchIds
-from scheduler.snapshot import Admit, Queue
+from scheduler.snapshot import Admit, Decision, Queue
 
 SPEC = JobCreate(name="r", n_workers=2, iterations=3, gradient_bytes=1_000)
 
@@ -67,34 +67,40 @@ def test_jobs_written_without_the_orm_are_read_once_named(
         active.close()
 
 
-def test_a_wait_that_changes_nothing_is_neither_applied_nor_loaded(
+def test_a_decision_that_changes_nothing_is_neither_applied_nor_loaded(
     store: tuple[sessionmaker[Session], int],
 ) -> None:
     sessions, tenant_id = store
     active = ActiveJobs(sessions)
     reasons = QueueReasons()
+    no_ids = reasons.no_switch_job_id_message(2)
     try:
         with sessions() as s:
-            told, new, admitted, refused = jobs = _jobs(tenant_id, 4)
+            told, new, admitted, fresh, waiting = jobs = _jobs(tenant_id, 5)
             told.reason = "no room in the pool"  # it waited before, for this reason
+            waiting.reason = no_ids  # it waited before for a switch job id
             insert_jobs(s, jobs)
             s.commit()
             active.written(job.id for job in jobs)
             active.refresh(s)
         told_again = Queue(told.id, "no room in the pool")
-        # One free switch job id: the first admission gets it and is loaded; the second stays
-        # queued for want of one, and is applied (to say so) but not loaded.
+        admissions = [Admit(j.id, hash_seed=j.id) for j in (admitted, fresh, waiting)]
+        decisions: list[Decision] = [told_again, Queue(new.id, "no room in the pool"), *admissions]
+        # One free switch job id: the first admission gets it. The two after it will wait
+        # for one; the applier sees them (the first could be refused by the switch), but only
+        # the one whose row does not say so yet is loaded.
         ids = SwitchIds(size=2)
         ids.take(-1)
-        decisions = [
-            told_again,
-            Queue(new.id, "no room in the pool"),
-            Admit(admitted.id, hash_seed=1),
-            Admit(refused.id, hash_seed=2),
-        ]
         kept, load = active.to_apply(decisions, ids, reasons)
         assert kept == decisions[1:]
-        assert load == {new.id, admitted.id}
+        assert load == {new.id, admitted.id, fresh.id}
+        # Every id taken: no admission can happen this round, and the job whose row says it
+        # waits for an id is left out (its reason recorded).
+        ids.take(-2)
+        kept, load = active.to_apply(decisions, ids, reasons)
+        assert kept == decisions[1:4]
+        assert load == {new.id, admitted.id, fresh.id}
+        assert reasons.of(waiting) == QueueReason(kind="switch_job_ids", message=no_ids)
         # A reason changes: the wait is applied again.
         told_other = Queue(told.id, "waiting behind a higher priority")
         kept, _ = active.to_apply([told_other], ids, reasons)
