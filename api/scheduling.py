@@ -595,6 +595,8 @@ class Coordinator:
         """Publish each of `jobs` on the event stream and wake the requests waiting on it."""
         jobs = list(jobs)
         self.waiters.wake(job.id for job in jobs)
+        if not self.events.subscribers:
+            return  # nobody follows the stream: no payloads to build
         for job in jobs:
             data = job_public(job, self.queue_reasons, JobPublic).model_dump(mode="json")
             self.events.publish(Event("job", data, tenant_id=job.tenant_id))
