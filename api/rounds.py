@@ -32,8 +32,8 @@ handler (`api.db`). Figures in the README (``bench.api``).
 
 Profile, 2026-12-06 (bench.api's paced load, 500/s, on a machine about 1.5x slower than the
 day before): a service that decides nothing (its rounds stubbed out) answered 99% within
-27-37 ms on SQLite, with rounds 108-153 ms. The rounds' cost grew with the jobs submitted since
-the last one, not only with the active jobs: at 5,000 active jobs a round cost 30 ms after 5 new
+18-37 ms on SQLite (seven runs), with rounds 108-153 ms. The rounds' cost grew with the jobs
+submitted since the last one, not only with the active jobs: at 5,000 active jobs a round cost 30 ms after 5 new
 ones and 68 ms after 50 (SQLite, median of 30). A backlog behind a full switch job table had
 every queued job applied again each round: an admission that could not happen (no free id)
 reserved memory, released it and compared its reason, and a new job that would wait for an id
