@@ -30,19 +30,19 @@ submission: the job store (in-process, no load: 0.5 ms to check the token, 0.9 m
 commit on SQLite), FastAPI and h11, and the rounds; SQLite writers no longer sleep in its busy
 handler (`api.db`). Figures in the README (``bench.api``).
 
-Profile, 2026-12-06 (bench.api's paced load, 500/s, on a machine about 1.5x slower than the
-day before): a service that decides nothing (its rounds stubbed out) answered 99% within
-18-37 ms on SQLite (seven runs), with rounds 108-153 ms. The rounds' cost grew with the jobs
-submitted since the last one, not only with the active jobs: at 5,000 active jobs a round cost 30 ms after 5 new
-ones and 68 ms after 50 (SQLite, median of 30). A backlog behind a full switch job table had
-every queued job applied again each round: an admission that could not happen (no free id)
-reserved memory, released it and compared its reason, and a new job that would wait for an id
-was loaded alone (``Session.get``). `to_apply` now leaves both out, the round flushes nothing
-before its commit (a flush on SQLite took the one write lock, and the submissions' writer
-waited for it until the commit), and job events are built only while somebody follows the
-stream: 41 ms after 50 new jobs, 23-26 ms after 5. What is left grows with the active jobs:
-the policy's decision and the passes over every view (quotas, aging, reasons), 2-5 ms each
-at 5,000 jobs on that machine.
+Profile, 2026-12-06 (bench.api's paced load, 500/s, on a machine about 1.5x slower than the day
+before): a service that decides nothing (its rounds stubbed out) answered 99% within 18-37 ms
+on SQLite (seven runs), with rounds 108-153 ms. The rounds' cost grew with the jobs submitted
+since the last one, not only with the active jobs: at 5,000 active jobs a round cost 30 ms
+after 5 new ones and 68 ms after 50 (SQLite, median of 30). A backlog behind a full switch job
+table had every queued job applied again each round: an admission that could not happen (no
+free id) reserved memory, released it and compared its reason, and a new job that would wait
+for an id was loaded alone (``Session.get``). `to_apply` now leaves both out, the round flushes
+nothing before its commit (a flush on SQLite took the one write lock, and the submissions'
+writer waited for it until the commit), and job events are built only while somebody follows
+the stream: 41 ms after 50 new jobs, 23-26 ms after 5. What is left grows with the active jobs:
+the policy's decision and the passes over every view (quotas, aging, reasons), 2-5 ms each at
+5,000 jobs on that machine.
 """
 
 from __future__ import annotations
