@@ -3,6 +3,7 @@ decision round changes, and why each queued job waits (`QueueReasons`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from sqlalchemy import Row, select
@@ -124,10 +125,11 @@ class QueueReasons:
         message = f"switch refused the job: {error}"
         return self._record(job_id, QueueReason(kind="switch_refused", message=message))
 
-    def keep_only(self, job_ids: set[int]) -> None:
-        """Forget every job but `job_ids` (the ones still queued)."""
-        self._by_job = {k: v for k, v in self._by_job.items() if k in job_ids}
-        self._decided = {k: v for k, v in self._decided.items() if k in job_ids}
+    def forget(self, job_ids: Iterable[int]) -> None:
+        """Forget why `job_ids` waited (they left the queue)."""
+        for job_id in job_ids:
+            self._by_job.pop(job_id, None)
+            self._decided.pop(job_id, None)
 
     def of(self, job: Job) -> QueueReason | None:
         """Why `job` waits; None unless it is queued."""

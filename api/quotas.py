@@ -2,8 +2,8 @@
 switch's aggregators its jobs may use, so that no tenant can lock the others out.
 
 A filter the coordinator applies around the pure policy, never a second place that changes
-jobs: `hold_back` leaves out of the policy's snapshot the queued jobs of a tenant at its job
-limit, `within_share` turns an ``Admit`` past the tenant's aggregator share into a wait, and
+jobs: `hold_back` leaves out of the policy's snapshot the queued jobs of a tenant beyond its
+job limit, `within_share` turns an ``Admit`` past the tenant's aggregator share into a wait, and
 both answer with `TenantQuota` decisions that the scheduler's `DecisionApplier` applies like
 any other ``Queue``.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 
 from p4ctl.protocol import MAX_JOBS
@@ -91,31 +92,26 @@ def _holding(view: JobView) -> bool:
 
 
 def hold_back(
-    views: Sequence[JobView], tenant_of: Mapping[int, int], limits: Mapping[int, TenantLimits]
-) -> tuple[list[JobView], list[TenantQuota]]:
-    """``(views for the policy, waits)``: each tenant's queued jobs, oldest first, up to what
-    its job limit leaves free; the rest wait with a `TenantQuota`."""
-    held = Counter(tenant_of[v.job_id] for v in views if _holding(v))
-    offered: Counter[int] = Counter()
-    kept: list[JobView] = []
-    waits: list[TenantQuota] = []
-    messages: dict[int, str] = {}  # one per tenant: a backlog has thousands of waits
-    for view in views:
-        tenant = tenant_of[view.job_id]
-        if view.state is JobState.QUEUED:
-            limit = limits[tenant]
-            if held[tenant] + offered[tenant] >= limit.max_jobs:
-                message = messages.get(tenant)
-                if message is None:
-                    message = messages[tenant] = (
-                        f"tenant quota: tenant '{limit.name}' has {held[tenant]:,} of its "
-                        f"{limit.max_jobs:,} admitted jobs"
-                    )
-                waits.append(TenantQuota(view.job_id, message))
-                continue
-            offered[tenant] += 1
-        kept.append(view)
-    return kept, waits
+    queued_of: Mapping[int, AbstractSet[int]],
+    holding: Mapping[int, int],
+    limits: Mapping[int, TenantLimits],
+) -> dict[int, tuple[str, list[int]]]:
+    """``{tenant: (why, its queued jobs that wait)}``: each tenant's oldest queued jobs (the
+    lowest ids) go to the policy, up to what its job limit leaves free beside its `holding`
+    (admitted or running) jobs; the rest wait with a `TenantQuota` for the reason `why`.
+    Tenants with nothing held back are left out. `queued_of`: each tenant's queued jobs."""
+    out: dict[int, tuple[str, list[int]]] = {}
+    for tenant, queued in queued_of.items():
+        limit = limits[tenant]
+        held = holding.get(tenant, 0)
+        room = max(0, limit.max_jobs - held)
+        if len(queued) > room:
+            why = (
+                f"tenant quota: tenant '{limit.name}' has {held:,} of its {limit.max_jobs:,} "
+                f"admitted jobs"
+            )
+            out[tenant] = (why, sorted(queued)[room:])
+    return out
 
 
 def within_share(

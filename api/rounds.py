@@ -49,7 +49,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager, suppress
 from dataclasses import replace
 from typing import Any
@@ -59,11 +61,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.jobviews import VIEW_COLUMNS, QueueReasons, job_view
 from api.models import Job
+from api.quotas import TenantQuota
 from scheduler.applier import SwitchIds
 from scheduler.memory import JobState
 from scheduler.snapshot import Admit, Decision, JobView, Queue
 
-__all__ = ["ACTIVE", "ROUND_COLUMNS", "TERMINAL", "ActiveJobs", "JobWaiters"]
+__all__ = ["ACTIVE", "HOLDING", "ROUND_COLUMNS", "TERMINAL", "ActiveJobs", "JobWaiters"]
 
 # A round's view of a job, and the reason stored on its row (to skip rewriting it).
 ROUND_COLUMNS = (*VIEW_COLUMNS, Job.reason)
@@ -71,11 +74,13 @@ _PENDING = "inasched_flushed_jobs"
 _CHUNK = 500  # ids per IN (...): under every database's parameter limit
 ACTIVE = tuple(s for s in JobState if not s.terminal)
 TERMINAL = tuple(s for s in JobState if s.terminal)
+HOLDING = tuple(s for s in JobState if s.holds_memory)
 
 
 class ActiveJobs:
     """The jobs a decision round sees, kept up to date from the commits of `sessions`: their
-    rows (`ROUND_COLUMNS`), `JobView`s, tenants, and which are queued or ended.
+    rows (`ROUND_COLUMNS`), `JobView`s, tenants, which are queued or ended, and each tenant's
+    queued and holding (admitted or running) jobs.
 
     The first `refresh` (and the one after `reload`) selects them all; later ones select only
     the jobs committed since, so a round costs no query per unchanged job and builds no view
@@ -90,6 +95,13 @@ class ActiveJobs:
         self.tenant_of: dict[int, int] = {}
         self.queued: set[int] = set()
         self.ended: set[int] = set()  # ended, still holding a switch job id
+        self.queued_of: dict[int, set[int]] = {}  # by tenant
+        self.holding: Counter[int] = Counter()  # admitted or running jobs, by tenant
+        # Left the queue since the last `take_unqueued` (their queue reasons can go).
+        self._unqueued: set[int] = set()
+        # By tenant: the reason its jobs held back by its job limit wait for (`quota_waits`),
+        # and those of them whose rows say so since the last round.
+        self._held: dict[int, tuple[str, set[int]]] = {}
         self._lock = threading.Lock()
         self._committed: set[int] = set()
         self._full = True
@@ -144,11 +156,13 @@ class ActiveJobs:
                     or_(Job.state.in_(ACTIVE), Job.switch_job_id.is_not(None))
                 )
             ).all()
-            before, views = self.rows, self.views
+            before, views, queued = self.rows, self.views, self.queued
             self.rows, self.views, self.tenant_of = {}, {}, {}
             self.queued, self.ended = set(), set()
+            self.queued_of, self.holding, self._held = {}, Counter(), {}
             for r in rows:
                 self._keep(r, views.get(r.id) if before.get(r.id) == r else None)
+            self._unqueued |= queued - self.queued
             return
         ordered = sorted(changed)
         for i in range(0, len(ordered), _CHUNK):
@@ -162,21 +176,60 @@ class ActiveJobs:
 
     def _keep(self, row: Any, view: JobView | None = None) -> None:
         """Hold `row` (of `ROUND_COLUMNS`) and its `view` (built when None)."""
-        job_id = row.id
+        job_id, tenant = row.id, row.tenant_id
         self.rows[job_id] = row
         self.views[job_id] = view or job_view(row)
-        self.tenant_of[job_id] = row.tenant_id
+        self.tenant_of[job_id] = tenant
         if row.state == JobState.QUEUED:
             self.queued.add(job_id)
+            self.queued_of.setdefault(tenant, set()).add(job_id)
+            self._unqueued.discard(job_id)
+        elif row.state in HOLDING:
+            self.holding[tenant] += 1
         elif row.state in TERMINAL:
             self.ended.add(job_id)
 
     def _forget(self, job_id: int) -> None:
-        self.rows.pop(job_id, None)
-        self.views.pop(job_id, None)
-        self.tenant_of.pop(job_id, None)
-        self.queued.discard(job_id)
+        row = self.rows.pop(job_id, None)
+        if row is None:
+            return
+        tenant = self.tenant_of.pop(job_id)
+        del self.views[job_id]
+        if job_id in self.queued:
+            self.queued.remove(job_id)
+            self._unqueued.add(job_id)
+            queued = self.queued_of[tenant]
+            queued.remove(job_id)
+            if not queued:
+                del self.queued_of[tenant]
+            if (held := self._held.get(tenant)) is not None:
+                held[1].discard(job_id)  # its row changed: it is looked at again
+        elif row.state in HOLDING:
+            self.holding[tenant] -= 1
+            if not self.holding[tenant]:
+                del self.holding[tenant]
         self.ended.discard(job_id)
+
+    def take_unqueued(self) -> set[int]:
+        """The jobs that left the queue since the last call (or left the store)."""
+        out, self._unqueued = self._unqueued, set()
+        return out
+
+    def quota_waits(self, held_back: Mapping[int, tuple[str, Sequence[int]]]) -> list[TenantQuota]:
+        """The `TenantQuota` waits of `held_back` (`api.quotas.hold_back`) that may change
+        something: a job that waited, after the last round, for the same reason it is given
+        now, and whose row has not changed since, is left out, so that a backlog held back
+        by its tenant's job limit costs nothing a round. The coordinator has `refresh` read
+        every row again after a round that failed, which forgets what was applied."""
+        waits: list[TenantQuota] = []
+        held: dict[int, tuple[str, set[int]]] = {}
+        for tenant, (why, job_ids) in held_back.items():
+            before = self._held.get(tenant)
+            done = before[1] if before is not None and before[0] == why else set()
+            waits += [TenantQuota(job_id, why) for job_id in job_ids if job_id not in done]
+            held[tenant] = (why, set(job_ids))
+        self._held = held
+        return waits
 
     def to_apply(
         self, decisions: Sequence[Decision], ids: SwitchIds, reasons: QueueReasons
@@ -214,10 +267,13 @@ class ActiveJobs:
             load.add(d.job_id)
         return kept, load
 
-    def ordered_views(self, starved: Mapping[int, float]) -> list[JobView]:
-        """Every `JobView` by job id, with the seconds each job starved (the aging input)."""
+    def ordered_views(
+        self, starved: Mapping[int, float], *, leave_out: AbstractSet[int] = frozenset()
+    ) -> list[JobView]:
+        """Every `JobView` but those of `leave_out`, by job id, with the seconds each job
+        starved (the aging input)."""
         views = self.views
-        out = [views[job_id] for job_id in sorted(views)]
+        out = [views[job_id] for job_id in sorted(views.keys() - leave_out)]
         if starved:
             out = [
                 v if (st := starved.get(v.job_id, 0.0)) == v.starved_s else replace(v, starved_s=st)

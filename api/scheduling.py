@@ -37,7 +37,7 @@ from api.models import Job, WorkerRow, utcnow
 from api.progress import Claim, ProgressCheck
 from api.quotas import UNLIMITED, QuotaDefaults, hold_back, load_limits, within_share
 from api.releaser import Releaser
-from api.rounds import ACTIVE, TERMINAL, ActiveJobs, JobWaiters
+from api.rounds import ACTIVE, HOLDING, TERMINAL, ActiveJobs, JobWaiters
 from api.schemas import JobPublic, SwitchPublic
 from api.store import get_state, put_state
 from api.topology import PolicyConfig, PsRegistry, Topology
@@ -51,7 +51,6 @@ __all__ = ["ACTIVE", "TERMINAL", "Coordinator"]
 
 log = logging.getLogger(__name__)
 
-HOLDING = tuple(s for s in JobState if s.holds_memory)
 POLICY_KEY = "policy"
 # When the service last stopped cleanly ({"at": epoch seconds}; {} while it runs).
 STOPPED_KEY = "stopped"
@@ -310,19 +309,23 @@ class Coordinator:
             # Plain rows, not ORM objects, re-read only where a commit changed them: a round
             # sees every active job but usually changes a few, and only those are loaded.
             active.refresh(s)
-            views = active.ordered_views(self.starved)
-            if self.progress is not None:
-                views = [self.progress.cap(view) for view in views]
-            self.queue_reasons.keep_only(active.queued)
+            self.queue_reasons.forget(active.take_unqueued())
             tenant_of = active.tenant_of
             limits = load_limits(s, set(tenant_of.values()), self.quota)
             # Quotas filter what the policy sees and what it admits; the applier applies all.
-            offered, waits = hold_back(views, tenant_of, limits)
+            held_back = hold_back(active.queued_of, active.holding, limits)
+            leave_out = set().union(*(job_ids for _, job_ids in held_back.values()))
+            offered = active.ordered_views(self.starved, leave_out=leave_out)
+            if self.progress is not None:
+                offered = [self.progress.cap(view) for view in offered]
             chosen = self.scheduler.decide(self.scheduler.snapshot(now, offered))
-            decisions = [*waits, *within_share(chosen, offered, tenant_of, limits, self.pool)]
-            # A wait changes at most a reason; every other decision may end a job.
-            acted = {d.job_id for d in decisions if not isinstance(d, Queue)} | active.ended
+            decisions = [
+                *active.quota_waits(held_back),
+                *within_share(chosen, offered, tenant_of, limits, self.pool),
+            ]
             decisions, to_load = active.to_apply(decisions, self.applier.ids, self.queue_reasons)
+            # A wait changes at most a reason; every other decision applied may end a job.
+            acted = {d.job_id for d in decisions if not isinstance(d, Queue)} | active.ended
             store = self.store(s, load_jobs(s, to_load), known=True)
             self.applier.apply(store, now, decisions, policy=self.scheduler.policy_name)
             for job_id in sorted(acted):

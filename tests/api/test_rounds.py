@@ -13,10 +13,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.db import open_database
 from api.jobviews import QueueReasons
 from api.models import Job
+from api.quotas import TenantLimits, TenantQuota, hold_back
 from api.rounds import ActiveJobs
 from api.schemas import JobCreate, QueueReason
 from api.store import create_tenant_token, insert_jobs, new_job, tenant_for_token
 from scheduler.applier import SwitchIds
+from scheduler.memory import JobState
 from scheduler.snapshot import Admit, Decision, Queue
 
 SPEC = JobCreate(name="r", n_workers=2, iterations=3, gradient_bytes=1_000)
@@ -105,5 +107,87 @@ def test_a_decision_that_changes_nothing_is_neither_applied_nor_loaded(
         told_other = Queue(told.id, "waiting behind a higher priority")
         kept, _ = active.to_apply([told_other], ids, reasons)
         assert kept == [told_other]
+    finally:
+        active.close()
+
+
+def test_each_tenants_queued_and_holding_jobs_follow_the_commits(
+    store: tuple[sessionmaker[Session], int],
+) -> None:
+    sessions, tenant_id = store
+    active = ActiveJobs(sessions)
+    try:
+        with sessions() as s:
+            jobs = _jobs(tenant_id, 3)
+            s.add_all(jobs)
+            s.commit()
+            active.refresh(s)
+            ids = {job.id for job in jobs}
+            assert active.queued_of == {tenant_id: ids}
+            assert not active.holding
+            assert active.take_unqueued() == set()
+            jobs[0].state = JobState.ADMITTED
+            jobs[1].state = JobState.CANCELLED
+            s.commit()
+            active.refresh(s)
+            assert active.queued_of == {tenant_id: {jobs[2].id}}
+            assert active.holding == {tenant_id: 1}
+            assert active.take_unqueued() == {jobs[0].id, jobs[1].id}
+            assert active.take_unqueued() == set()  # taken once
+            jobs[0].state = JobState.FAILED
+            jobs[2].state = JobState.ADMITTED
+            s.commit()
+            active.reload()  # a full read agrees with what the commits built
+            active.refresh(s)
+            assert not active.queued_of
+            assert active.holding == {tenant_id: 1}
+            assert active.take_unqueued() == {jobs[2].id}
+    finally:
+        active.close()
+
+
+def test_jobs_held_back_by_a_job_limit_wait_once_for_each_reason(
+    store: tuple[sessionmaker[Session], int],
+) -> None:
+    sessions, tenant_id = store
+    active = ActiveJobs(sessions)
+    try:
+        with sessions() as s:
+            jobs = _jobs(tenant_id, 4)
+            s.add_all(jobs)
+            s.commit()
+            active.refresh(s)
+        full = TenantLimits("alice", max_jobs=1, aggregator_share=1.0)
+        # One job of room: the oldest goes to the policy, the three after it wait.
+        held_back = hold_back(active.queued_of, active.holding, {tenant_id: full})
+        why = "tenant quota: tenant 'alice' has 0 of its 1 admitted jobs"
+        assert held_back == {tenant_id: (why, [j.id for j in jobs[1:]])}
+        assert active.quota_waits(held_back) == [TenantQuota(j.id, why) for j in jobs[1:]]
+        # The same again, nothing changed: no wait changes anything.
+        assert active.quota_waits(held_back) == []
+        with sessions() as s:  # one of them changes (a reason written, say): looked at again
+            s.get_one(Job, jobs[2].id).reason = why
+            s.commit()
+            active.refresh(s)
+        assert active.quota_waits(held_back) == [TenantQuota(jobs[2].id, why)]
+        assert active.quota_waits(held_back) == []
+        # The tenant's reason changes (the oldest job admitted): every wait is applied again.
+        with sessions() as s:
+            s.get_one(Job, jobs[0].id).state = JobState.ADMITTED
+            s.commit()
+            active.refresh(s)
+        held_back = hold_back(active.queued_of, active.holding, {tenant_id: full})
+        why = "tenant quota: tenant 'alice' has 1 of its 1 admitted jobs"
+        assert active.quota_waits(held_back) == [TenantQuota(j.id, why) for j in jobs[1:]]
+        # A tenant with room for all its queued jobs holds none back.
+        roomy = TenantLimits("alice", max_jobs=4, aggregator_share=1.0)
+        assert hold_back(active.queued_of, active.holding, {tenant_id: roomy}) == {}
+        # A full read forgets what was applied: after a failed round, every wait is applied.
+        active.quota_waits(hold_back(active.queued_of, active.holding, {tenant_id: full}))
+        active.reload()
+        with sessions() as s:
+            active.refresh(s)
+        again = active.quota_waits(hold_back(active.queued_of, active.holding, {tenant_id: full}))
+        assert [w.job_id for w in again] == [j.id for j in jobs[1:]]
     finally:
         active.close()
