@@ -59,7 +59,10 @@ def serve(app: Any) -> Iterator[str]:
         thread.join(timeout=10)
 
 
-@pytest.fixture(scope="session")
+# One browser per test file: Playwright's sync API leaves its event loop marked running in the
+# main thread while it is open, and the test files that run after it in the same process
+# (pytest-xdist deals out files in any order) call asyncio.run().
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
     if not CHROMIUM.exists():
         pytest.skip("needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)")
