@@ -8,9 +8,9 @@ switch counters are per switch job id and ids are reused (`Job.counter_base`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Row
+from sqlalchemy import Row, Table, bindparam, update
 from sqlalchemy.orm import Session
 
 from api.counters import settle_counters
@@ -29,7 +29,8 @@ class SqlJobStore:
     `changed` collects the rows whose public view changed, for the caller to publish.
     `known` holds rows (`api.rounds.ROUND_COLUMNS`) read in this transaction: a job among them
     is read from there until it is written, so a round that only re-confirms why a job waits
-    never loads it.
+    never loads it, and one that gives a queued job a new reason does not load it either: the
+    reason waits in `reasons_due` until `write_reasons`.
     """
 
     def __init__(
@@ -47,6 +48,7 @@ class SqlJobStore:
         self.reasons = reasons
         self.rows: dict[int, Job] = dict(jobs or {})
         self.changed: dict[int, Job] = {}
+        self.reasons_due: dict[int, str] = {}  # by job id: known, queued, not loaded
 
     def row(self, job_id: int) -> Job:
         job = self.rows.get(job_id)
@@ -55,7 +57,25 @@ class SqlJobStore:
             if job is None:
                 raise KeyError(f"job {job_id} is not in the store")
             self.rows[job_id] = job
+            if job_id in self.reasons_due:  # loaded after all: the reason goes with the row
+                job.reason = self.reasons_due.pop(job_id)
+                self.changed[job_id] = job
         return job
+
+    def write_reasons(self) -> list[int]:
+        """Write the reasons due (`reasons_due`) in one statement, to the jobs still queued;
+        returns their ids. Not a flush: the session's listeners do not see it (the caller
+        tells `api.rounds.ActiveJobs`)."""
+        due, self.reasons_due = self.reasons_due, {}
+        if due:
+            table = cast(Table, Job.__table__)
+            self.session.execute(
+                update(table)
+                .where(table.c.id == bindparam("job_id"), table.c.state == JobState.QUEUED)
+                .values(reason=bindparam("why")),
+                [{"job_id": job_id, "why": why} for job_id, why in due.items()],
+            )
+        return list(due)
 
     def job(self, job_id: int) -> StoredJob:
         if job_id not in self.rows and (read := self.known.get(job_id)) is not None:
@@ -102,8 +122,13 @@ class SqlJobStore:
             case SwitchRefused(error=error):
                 message = self.reasons.switch_refused(job_id, error).message
         read = self.known.get(job_id) if job_id not in self.rows else None
-        if read is not None and read.reason == message:
-            return False
+        if read is not None:
+            if read.reason == message:
+                self.reasons_due.pop(job_id, None)
+                return False
+            if read.state == JobState.QUEUED:
+                self.reasons_due[job_id] = message
+                return True
         job = self.row(job_id)
         if job.reason == message:
             return False

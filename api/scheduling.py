@@ -59,8 +59,10 @@ SERVICE_STOPPED = "service stopped"
 # the job as it is then, e.g. still queued).
 ROUND_WAIT_S = 30.0
 ROUND_GAP_S = 0.02
-# The pause after a round, in multiples of the round's time (see `Coordinator._decide_loop`).
+# The pause after a round, in multiples of the round's time, and at most (see
+# `Coordinator._decide_loop`).
 ROUND_PAUSE = 3.0
+ROUND_PAUSE_MAX_S = 0.1
 # Rounds read only changed rows; every so often one reads them all, in case the store was
 # written some other way than through the service's sessions.
 FULL_READ_S = 60.0
@@ -279,9 +281,12 @@ class Coordinator:
             # ROUND_PAUSE times what the round took keeps rounds to at most a quarter of the
             # process's time under load (half left 500 submissions/s queueing behind rounds
             # over 3,000 active jobs, bench.api), at the price of a later decision: a round
-            # of 10 ms is followed by one 40 ms later.
+            # of 10 ms is followed by one 40 ms later. The pause is bounded: part of a round's
+            # cost grows with the jobs submitted since the last one, so an unbounded pause
+            # fed itself under load (a round of 300 ms, 900 ms of submissions gathering
+            # behind it, a round of 640 ms, ...: bench.api's paced load, 2026-12-07).
             took = time.perf_counter() - started
-            self._stop.wait(max(ROUND_GAP_S, ROUND_PAUSE * took))
+            self._stop.wait(min(max(ROUND_GAP_S, ROUND_PAUSE * took), ROUND_PAUSE_MAX_S))
 
     @property
     def owners(self) -> Mapping[int, int]:
@@ -333,8 +338,11 @@ class Coordinator:
                 # policy forgot to reclaim it.
                 if store.job(job_id).state.terminal:
                     self.applier.release(store, job_id)
+            reasoned = store.write_reasons()
             s.commit()
+        active.written(reasoned)
         self.publish_jobs(store.changed.values())
+        self.publish_reasons(reasoned)
 
     def _installed(self, install: JobInstall, window: int) -> None:
         if self.ps_registry is not None:
@@ -593,6 +601,16 @@ class Coordinator:
         claims = [Claim(r[0], r[1], r[2], r[3], r[4], r[5] or {}) for r in rows]
         if self.progress.observe(claims, self.counters):
             self.mark_dirty()
+
+    def publish_reasons(self, job_ids: Iterable[int]) -> None:
+        """Publish jobs whose queue reason a round wrote without loading them
+        (`SqlJobStore.write_reasons`); they are loaded only while somebody follows the stream."""
+        job_ids = set(job_ids)
+        if not self.events.subscribers:
+            self.waiters.wake(job_ids)
+            return
+        with self.sessions() as s:
+            self.publish_jobs(load_jobs(s, job_ids).values())
 
     def publish_jobs(self, jobs: Iterable[Job]) -> None:
         """Publish each of `jobs` on the event stream and wake the requests waiting on it."""

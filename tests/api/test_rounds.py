@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.db import open_database
+from api.jobstore import SqlJobStore
 from api.jobviews import QueueReasons
 from api.models import Job
 from api.quotas import TenantLimits, TenantQuota, hold_back
@@ -88,20 +89,21 @@ def test_a_decision_that_changes_nothing_is_neither_applied_nor_loaded(
         told_again = Queue(told.id, "no room in the pool")
         admissions = [Admit(j.id, hash_seed=j.id) for j in (admitted, fresh, waiting)]
         decisions: list[Decision] = [told_again, Queue(new.id, "no room in the pool"), *admissions]
-        # One free switch job id: the first admission gets it. The two after it will wait
-        # for one; the applier sees them (the first could be refused by the switch), but only
-        # the one whose row does not say so yet is loaded.
+        # One free switch job id: the first admission gets it, and only its job is loaded. A
+        # queued job with a new reason is not loaded (the store writes the reason alone), nor
+        # are the two admissions after the first: they will wait for an id, and the applier
+        # sees them (the first could be refused by the switch).
         ids = SwitchIds(size=2)
         ids.take(-1)
         kept, load = active.to_apply(decisions, ids, reasons)
         assert kept == decisions[1:]
-        assert load == {new.id, admitted.id, fresh.id}
+        assert load == {admitted.id}
         # Every id taken: no admission can happen this round, and the job whose row says it
         # waits for an id is left out (its reason recorded).
         ids.take(-2)
         kept, load = active.to_apply(decisions, ids, reasons)
         assert kept == decisions[1:4]
-        assert load == {new.id, admitted.id, fresh.id}
+        assert load == set()
         assert reasons.of(waiting) == QueueReason(kind="switch_job_ids", message=no_ids)
         # A reason changes: the wait is applied again.
         told_other = Queue(told.id, "waiting behind a higher priority")
@@ -189,5 +191,49 @@ def test_jobs_held_back_by_a_job_limit_wait_once_for_each_reason(
             active.refresh(s)
         again = active.quota_waits(hold_back(active.queued_of, active.holding, {tenant_id: full}))
         assert [w.job_id for w in again] == [j.id for j in jobs[1:]]
+    finally:
+        active.close()
+
+
+def test_a_new_reason_of_a_queued_job_is_written_without_loading_it(
+    store: tuple[sessionmaker[Session], int],
+) -> None:
+    sessions, tenant_id = store
+    active = ActiveJobs(sessions)
+    try:
+        with sessions() as s:
+            told, loaded, cancelled = jobs = _jobs(tenant_id, 3)
+            s.add_all(jobs)
+            s.commit()
+            active.refresh(s)
+        with sessions() as s:  # cancelled while the round runs, after its rows were read
+            s.get_one(Job, cancelled.id).state = JobState.CANCELLED
+            s.commit()
+        with sessions() as s, s.no_autoflush:
+            jobs_store = SqlJobStore(s, counters={}, reasons=QueueReasons(), known=active.rows)
+            for job in jobs:
+                assert jobs_store.set_reason(job.id, Queue(job.id, f"why {job.id}"))
+            assert jobs_store.rows == {}  # nothing loaded
+            assert jobs_store.set_reason(told.id, Queue(told.id, f"why {told.id}"))
+            assert jobs_store.row(loaded.id).reason == f"why {loaded.id}"  # loaded after all
+            assert set(jobs_store.changed) == {loaded.id}
+            assert jobs_store.write_reasons() == [told.id, cancelled.id]
+            assert jobs_store.write_reasons() == []
+            s.commit()
+        with sessions() as s:
+            stored = {job.id: s.get_one(Job, job.id).reason for job in jobs}
+        # Written to the job still queued only; the loaded one went with its row.
+        assert stored == {
+            told.id: f"why {told.id}",
+            loaded.id: f"why {loaded.id}",
+            cancelled.id: None,
+        }
+        with sessions() as s:
+            active.refresh(s)
+            assert active.rows[told.id].reason is None  # no flush: not seen
+            active.written([told.id, cancelled.id])
+            active.refresh(s)
+            assert active.rows[told.id].reason == f"why {told.id}"
+            assert cancelled.id not in active.queued
     finally:
         active.close()
