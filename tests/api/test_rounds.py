@@ -37,6 +37,25 @@ def store(tmp_path: Path) -> Iterator[tuple[sessionmaker[Session], int]]:
     engine.dispose()
 
 
+@pytest.fixture
+def active(store: tuple[sessionmaker[Session], int]) -> Iterator[ActiveJobs]:
+    """An `ActiveJobs` following `store`'s sessions."""
+    active = ActiveJobs(store[0])
+    yield active
+    active.close()
+
+
+def _stored(store: tuple[sessionmaker[Session], int], active: ActiveJobs, n: int) -> list[Job]:
+    """`n` new queued jobs, committed through the ORM and read by `active`."""
+    sessions, tenant_id = store
+    with sessions() as s:
+        jobs = _jobs(tenant_id, n)
+        s.add_all(jobs)
+        s.commit()
+        active.refresh(s)
+    return jobs
+
+
 def _jobs(tenant_id: int, n: int) -> list[Job]:
     return [
         new_job(tenant_id=tenant_id, spec=SPEC, gradient_bytes=1_000, window=16)[0]
@@ -114,126 +133,103 @@ def test_a_decision_that_changes_nothing_is_neither_applied_nor_loaded(
 
 
 def test_each_tenants_queued_and_holding_jobs_follow_the_commits(
-    store: tuple[sessionmaker[Session], int],
+    store: tuple[sessionmaker[Session], int], active: ActiveJobs
 ) -> None:
     sessions, tenant_id = store
-    active = ActiveJobs(sessions)
-    try:
-        with sessions() as s:
-            jobs = _jobs(tenant_id, 3)
-            s.add_all(jobs)
-            s.commit()
-            active.refresh(s)
-            ids = {job.id for job in jobs}
-            assert active.queued_of == {tenant_id: ids}
-            assert not active.holding
-            assert active.take_unqueued() == set()
-            jobs[0].state = JobState.ADMITTED
-            jobs[1].state = JobState.CANCELLED
-            s.commit()
-            active.refresh(s)
-            assert active.queued_of == {tenant_id: {jobs[2].id}}
-            assert active.holding == {tenant_id: 1}
-            assert active.take_unqueued() == {jobs[0].id, jobs[1].id}
-            assert active.take_unqueued() == set()  # taken once
-            jobs[0].state = JobState.FAILED
-            jobs[2].state = JobState.ADMITTED
-            s.commit()
-            active.reload()  # a full read agrees with what the commits built
-            active.refresh(s)
-            assert not active.queued_of
-            assert active.holding == {tenant_id: 1}
-            assert active.take_unqueued() == {jobs[2].id}
-    finally:
-        active.close()
+    jobs = _stored(store, active, 3)
+    assert active.queued_of == {tenant_id: {job.id for job in jobs}}
+    assert not active.holding
+    assert active.take_unqueued() == set()
+    with sessions() as s:
+        jobs = [s.get_one(Job, job.id) for job in jobs]
+        jobs[0].state = JobState.ADMITTED
+        jobs[1].state = JobState.CANCELLED
+        s.commit()
+        active.refresh(s)
+        assert active.queued_of == {tenant_id: {jobs[2].id}}
+        assert active.holding == {tenant_id: 1}
+        assert active.take_unqueued() == {jobs[0].id, jobs[1].id}
+        assert active.take_unqueued() == set()  # taken once
+        jobs[0].state = JobState.FAILED
+        jobs[2].state = JobState.ADMITTED
+        s.commit()
+        active.reload()  # a full read agrees with what the commits built
+        active.refresh(s)
+        assert not active.queued_of
+        assert active.holding == {tenant_id: 1}
+        assert active.take_unqueued() == {jobs[2].id}
 
 
 def test_jobs_held_back_by_a_job_limit_wait_once_for_each_reason(
-    store: tuple[sessionmaker[Session], int],
+    store: tuple[sessionmaker[Session], int], active: ActiveJobs
 ) -> None:
     sessions, tenant_id = store
-    active = ActiveJobs(sessions)
-    try:
-        with sessions() as s:
-            jobs = _jobs(tenant_id, 4)
-            s.add_all(jobs)
-            s.commit()
-            active.refresh(s)
-        full = TenantLimits("alice", max_jobs=1, aggregator_share=1.0)
-        # One job of room: the oldest goes to the policy, the three after it wait.
-        held_back = hold_back(active.queued_of, active.holding, {tenant_id: full})
-        why = "tenant quota: tenant 'alice' has 0 of its 1 admitted jobs"
-        assert held_back == {tenant_id: (why, [j.id for j in jobs[1:]])}
-        assert active.quota_waits(held_back) == [TenantQuota(j.id, why) for j in jobs[1:]]
-        # The same again, nothing changed: no wait changes anything.
-        assert active.quota_waits(held_back) == []
-        with sessions() as s:  # one of them changes (a reason written, say): looked at again
-            s.get_one(Job, jobs[2].id).reason = why
-            s.commit()
-            active.refresh(s)
-        assert active.quota_waits(held_back) == [TenantQuota(jobs[2].id, why)]
-        assert active.quota_waits(held_back) == []
-        # The tenant's reason changes (the oldest job admitted): every wait is applied again.
-        with sessions() as s:
-            s.get_one(Job, jobs[0].id).state = JobState.ADMITTED
-            s.commit()
-            active.refresh(s)
-        held_back = hold_back(active.queued_of, active.holding, {tenant_id: full})
-        why = "tenant quota: tenant 'alice' has 1 of its 1 admitted jobs"
-        assert active.quota_waits(held_back) == [TenantQuota(j.id, why) for j in jobs[1:]]
-        # A tenant with room for all its queued jobs holds none back.
-        roomy = TenantLimits("alice", max_jobs=4, aggregator_share=1.0)
-        assert hold_back(active.queued_of, active.holding, {tenant_id: roomy}) == {}
-        # A full read forgets what was applied: after a failed round, every wait is applied.
-        active.quota_waits(hold_back(active.queued_of, active.holding, {tenant_id: full}))
-        active.reload()
-        with sessions() as s:
-            active.refresh(s)
-        again = active.quota_waits(hold_back(active.queued_of, active.holding, {tenant_id: full}))
-        assert [w.job_id for w in again] == [j.id for j in jobs[1:]]
-    finally:
-        active.close()
+    jobs = _stored(store, active, 4)
+    full = TenantLimits("alice", max_jobs=1, aggregator_share=1.0)
+    # One job of room: the oldest goes to the policy, the three after it wait.
+    held_back = hold_back(active.queued_of, active.holding, {tenant_id: full})
+    why = "tenant quota: tenant 'alice' has 0 of its 1 admitted jobs"
+    assert held_back == {tenant_id: (why, [j.id for j in jobs[1:]])}
+    assert active.quota_waits(held_back) == [TenantQuota(j.id, why) for j in jobs[1:]]
+    # The same again, nothing changed: no wait changes anything.
+    assert active.quota_waits(held_back) == []
+    with sessions() as s:  # one of them changes (a reason written, say): looked at again
+        s.get_one(Job, jobs[2].id).reason = why
+        s.commit()
+        active.refresh(s)
+    assert active.quota_waits(held_back) == [TenantQuota(jobs[2].id, why)]
+    assert active.quota_waits(held_back) == []
+    # The tenant's reason changes (the oldest job admitted): every wait is applied again.
+    with sessions() as s:
+        s.get_one(Job, jobs[0].id).state = JobState.ADMITTED
+        s.commit()
+        active.refresh(s)
+    held_back = hold_back(active.queued_of, active.holding, {tenant_id: full})
+    why = "tenant quota: tenant 'alice' has 1 of its 1 admitted jobs"
+    assert active.quota_waits(held_back) == [TenantQuota(j.id, why) for j in jobs[1:]]
+    # A tenant with room for all its queued jobs holds none back.
+    roomy = TenantLimits("alice", max_jobs=4, aggregator_share=1.0)
+    assert hold_back(active.queued_of, active.holding, {tenant_id: roomy}) == {}
+    # A full read forgets what was applied: after a failed round, every wait is applied.
+    active.quota_waits(hold_back(active.queued_of, active.holding, {tenant_id: full}))
+    active.reload()
+    with sessions() as s:
+        active.refresh(s)
+    again = active.quota_waits(hold_back(active.queued_of, active.holding, {tenant_id: full}))
+    assert [w.job_id for w in again] == [j.id for j in jobs[1:]]
 
 
 def test_a_new_reason_of_a_queued_job_is_written_without_loading_it(
-    store: tuple[sessionmaker[Session], int],
+    store: tuple[sessionmaker[Session], int], active: ActiveJobs
 ) -> None:
-    sessions, tenant_id = store
-    active = ActiveJobs(sessions)
-    try:
-        with sessions() as s:
-            told, loaded, cancelled = jobs = _jobs(tenant_id, 3)
-            s.add_all(jobs)
-            s.commit()
-            active.refresh(s)
-        with sessions() as s:  # cancelled while the round runs, after its rows were read
-            s.get_one(Job, cancelled.id).state = JobState.CANCELLED
-            s.commit()
-        with sessions() as s, s.no_autoflush:
-            jobs_store = SqlJobStore(s, counters={}, reasons=QueueReasons(), known=active.rows)
-            for job in jobs:
-                assert jobs_store.set_reason(job.id, Queue(job.id, f"why {job.id}"))
-            assert jobs_store.rows == {}  # nothing loaded
-            assert jobs_store.set_reason(told.id, Queue(told.id, f"why {told.id}"))
-            assert jobs_store.row(loaded.id).reason == f"why {loaded.id}"  # loaded after all
-            assert set(jobs_store.changed) == {loaded.id}
-            assert jobs_store.write_reasons() == [told.id, cancelled.id]
-            assert jobs_store.write_reasons() == []
-            s.commit()
-        with sessions() as s:
-            stored = {job.id: s.get_one(Job, job.id).reason for job in jobs}
-        # Written to the job still queued only; the loaded one went with its row.
-        assert stored == {
-            told.id: f"why {told.id}",
-            loaded.id: f"why {loaded.id}",
-            cancelled.id: None,
-        }
-        with sessions() as s:
-            active.refresh(s)
-            assert active.rows[told.id].reason is None  # no flush: not seen
-            active.written([told.id, cancelled.id])
-            active.refresh(s)
-            assert active.rows[told.id].reason == f"why {told.id}"
-            assert cancelled.id not in active.queued
-    finally:
-        active.close()
+    sessions, _ = store
+    told, loaded, cancelled = jobs = _stored(store, active, 3)
+    with sessions() as s:  # cancelled while the round runs, after its rows were read
+        s.get_one(Job, cancelled.id).state = JobState.CANCELLED
+        s.commit()
+    with sessions() as s, s.no_autoflush:
+        jobs_store = SqlJobStore(s, counters={}, reasons=QueueReasons(), known=active.rows)
+        for job in jobs:
+            assert jobs_store.set_reason(job.id, Queue(job.id, f"why {job.id}"))
+        assert jobs_store.rows == {}  # nothing loaded
+        assert jobs_store.set_reason(told.id, Queue(told.id, f"why {told.id}"))
+        assert jobs_store.row(loaded.id).reason == f"why {loaded.id}"  # loaded after all
+        assert set(jobs_store.changed) == {loaded.id}
+        assert jobs_store.write_reasons() == [told.id, cancelled.id]
+        assert jobs_store.write_reasons() == []
+        s.commit()
+    with sessions() as s:
+        stored = {job.id: s.get_one(Job, job.id).reason for job in jobs}
+    # Written to the job still queued only; the loaded one went with its row.
+    assert stored == {
+        told.id: f"why {told.id}",
+        loaded.id: f"why {loaded.id}",
+        cancelled.id: None,
+    }
+    with sessions() as s:
+        active.refresh(s)
+        assert active.rows[told.id].reason is None  # no flush: not seen
+        active.written([told.id, cancelled.id])
+        active.refresh(s)
+        assert active.rows[told.id].reason == f"why {told.id}"
+        assert cancelled.id not in active.queued
