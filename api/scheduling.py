@@ -281,9 +281,10 @@ class Coordinator:
             # ROUND_PAUSE times what the round took keeps rounds to at most a quarter of the
             # process's time under load (half left 500 submissions/s queueing behind rounds
             # over 3,000 active jobs, bench.api), at the price of a later decision: a round
-            # of 10 ms is followed by one 40 ms later. The pause is bounded: part of a round's
-            # cost grows with the jobs submitted since the last one, so an unbounded pause
-            # fed itself under load (a round of 300 ms, 900 ms of submissions gathering
+            # of 10 ms is followed by one 40 ms later. The pause is bounded (so rounds longer
+            # than ROUND_PAUSE_MAX_S / ROUND_PAUSE take more than that quarter): part of a
+            # round's cost grows with the jobs submitted since the last one, and an unbounded
+            # pause fed itself under load (a round of 300 ms, 900 ms of submissions gathering
             # behind it, a round of 640 ms, ...: bench.api's paced load, 2026-12-07).
             took = time.perf_counter() - started
             self._stop.wait(min(max(ROUND_GAP_S, ROUND_PAUSE * took), ROUND_PAUSE_MAX_S))
@@ -606,6 +607,8 @@ class Coordinator:
         """Publish jobs whose queue reason a round wrote without loading them
         (`SqlJobStore.write_reasons`); they are loaded only while somebody follows the stream."""
         job_ids = set(job_ids)
+        if not job_ids:
+            return
         if not self.events.subscribers:
             self.waiters.wake(job_ids)
             return

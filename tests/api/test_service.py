@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import httpx
 from sqlalchemy import create_engine, inspect
 
 from api.db import migrate
 from api.models import Base
-from tests.api.conftest import Api, wait_for
+from api.settings import Settings
+from tests.api.conftest import Api, make_api, wait_for
 
 
 def test_policy_change_applies_to_jobs_admitted_afterwards(api: Api) -> None:
@@ -126,3 +128,22 @@ def test_unreachable_database_is_one_line_and_nonzero_exit() -> None:
 def test_healthz(api: Api) -> None:
     assert api.client.get("/healthz").json() == {"status": "ok"}
     assert isinstance(api.client, httpx.Client)
+
+
+def test_a_waiting_jobs_new_reason_reaches_the_event_stream(settings: Settings) -> None:
+    # A round writes a queued job's new reason without loading the job; the stream still
+    # carries the job with it.
+    for api in make_api(settings.model_copy(update={"tenant_max_jobs": 1})):
+        with api.client.stream("GET", f"/events?token={api.token}") as stream:
+            lines = stream.iter_lines()
+            assert next(lines) == "event: switch"
+            api.submit(answer=True)
+            waiting = api.submit(answer=True)
+            deadline = time.monotonic() + 20  # switch events come every tick meanwhile
+            for line in lines:
+                assert time.monotonic() < deadline, "no event with the job's new reason"
+                if line == "event: job":
+                    data = json.loads(next(lines).removeprefix("data: "))
+                    reason = data["queue_reason"] or {}
+                    if data["id"] == waiting["id"] and reason.get("kind") == "tenant_quota":
+                        break
