@@ -20,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.models import Tenant
-from scheduler.memory import COPIES_PER_SLOT, JobState, Pool
+from scheduler.memory import COPIES_PER_SLOT, Pool
 from scheduler.snapshot import Admit, Decision, JobView, Queue
 
 __all__ = [
@@ -87,10 +87,6 @@ class TenantQuota(Queue):
     """A queued job waits because its tenant is at its quota (not for want of memory)."""
 
 
-def _holding(view: JobView) -> bool:
-    return view.state in (JobState.ADMITTED, JobState.RUNNING)
-
-
 def hold_back(
     queued_of: Mapping[int, AbstractSet[int]],
     holding: Mapping[int, int],
@@ -128,7 +124,7 @@ def within_share(
     leaves memory free, never overcommitted."""
     used: Counter[int] = Counter()
     for v in views:
-        if _holding(v) and v.partition is not None:
+        if v.state.holds_memory and v.partition is not None:
             used[tenant_of[v.job_id]] += COPIES_PER_SLOT * v.partition.slots
     out: list[Decision] = []
     for d in decisions:

@@ -115,7 +115,6 @@ class ActiveJobs:
         self.rows: dict[int, Row[Any]] = {}
         self.views: dict[int, JobView] = {}
         self.tenant_of: dict[int, int] = {}
-        self.queued: set[int] = set()
         self.ended: set[int] = set()  # ended, still holding a switch job id
         self.queued_of: dict[int, set[int]] = {}  # by tenant
         self.holding: Counter[int] = Counter()  # admitted or running jobs, by tenant
@@ -180,8 +179,7 @@ class ActiveJobs:
             ).all()
             before, views, queued = self.rows, self.views, self.queued
             self.rows, self.views, self.tenant_of = {}, {}, {}
-            self.queued, self.ended = set(), set()
-            self.queued_of, self.holding, self._held = {}, Counter(), {}
+            self.ended, self.queued_of, self.holding, self._held = set(), {}, Counter(), {}
             for r in rows:
                 self._keep(r, views.get(r.id) if before.get(r.id) == r else None)
             self._unqueued |= queued - self.queued
@@ -203,7 +201,6 @@ class ActiveJobs:
         self.views[job_id] = view or job_view(row)
         self.tenant_of[job_id] = tenant
         if row.state == JobState.QUEUED:
-            self.queued.add(job_id)
             self.queued_of.setdefault(tenant, set()).add(job_id)
             self._unqueued.discard(job_id)
         elif row.state in HOLDING:
@@ -217,8 +214,7 @@ class ActiveJobs:
             return
         tenant = self.tenant_of.pop(job_id)
         del self.views[job_id]
-        if job_id in self.queued:
-            self.queued.remove(job_id)
+        if row.state == JobState.QUEUED:
             self._unqueued.add(job_id)
             queued = self.queued_of[tenant]
             queued.remove(job_id)
@@ -231,6 +227,11 @@ class ActiveJobs:
             if not self.holding[tenant]:
                 del self.holding[tenant]
         self.ended.discard(job_id)
+
+    @property
+    def queued(self) -> set[int]:
+        """Every queued job (a copy)."""
+        return set().union(*self.queued_of.values())
 
     def take_unqueued(self) -> set[int]:
         """The jobs that left the queue since the last call (or left the store)."""
