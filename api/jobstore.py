@@ -7,15 +7,16 @@ switch counters are per switch job id and ids are reused (`Job.counter_base`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from sqlalchemy import Row, Table, bindparam, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Row, Table, update
+from sqlalchemy.orm import QueryableAttribute, Session
 
 from api.counters import settle_counters
 from api.jobviews import QueueReasons
 from api.models import Job, PriorityChange, utcnow
+from api.store import in_chunks
 from scheduler.applier import NoSwitchJobId, Placement, StoredJob, SwitchRefused, Waiting
 from scheduler.memory import JobState
 from scheduler.snapshot import Queue
@@ -62,20 +63,30 @@ class SqlJobStore:
                 self.changed[job_id] = job
         return job
 
-    def write_reasons(self) -> list[int]:
-        """Write the reasons due (`reasons_due`) in one statement, to the jobs still queued;
-        returns their ids. Not a flush: the session's listeners do not see it (the caller
-        tells `api.rounds.ActiveJobs`)."""
+    def write_reasons(self, returning: Sequence[QueryableAttribute[Any]]) -> list[Row[Any]]:
+        """Write the reasons due (`reasons_due`) to the jobs still queued; returns their rows
+        as written (of the columns `returning`), so that nobody reads them again.
+
+        One statement for each reason (and `api.store.IN_CHUNK` of its jobs): a reason is
+        shared by many jobs (a backlog waits for the same one). One statement for each job
+        cost a round about 30 ms at 500 submissions/s on PostgreSQL (profiled, 2026-12-07).
+        Not a flush: the session's listeners do not see it (the caller tells
+        `api.rounds.ActiveJobs`)."""
         due, self.reasons_due = self.reasons_due, {}
-        if due:
-            table = cast(Table, Job.__table__)
-            self.session.execute(
-                update(table)
-                .where(table.c.id == bindparam("job_id"), table.c.state == JobState.QUEUED)
-                .values(reason=bindparam("why")),
-                [{"job_id": job_id, "why": why} for job_id, why in due.items()],
-            )
-        return list(due)
+        sharing: dict[str, list[int]] = {}
+        for job_id, why in due.items():
+            sharing.setdefault(why, []).append(job_id)
+        table = cast(Table, Job.__table__)
+        written: list[Row[Any]] = []
+        for why, job_ids in sharing.items():
+            for chunk in in_chunks(job_ids):
+                written += self.session.execute(
+                    update(table)
+                    .where(table.c.id.in_(chunk), table.c.state == JobState.QUEUED)
+                    .values(reason=why)
+                    .returning(*returning)
+                ).all()
+        return written
 
     def job(self, job_id: int) -> StoredJob:
         if job_id not in self.rows and (read := self.known.get(job_id)) is not None:

@@ -84,6 +84,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.jobviews import VIEW_COLUMNS, QueueReasons, job_view
 from api.models import Job
 from api.quotas import TenantQuota
+from api.store import in_chunks
 from scheduler.applier import SwitchIds
 from scheduler.memory import JobState
 from scheduler.snapshot import Admit, Decision, JobView, Queue
@@ -93,7 +94,6 @@ __all__ = ["ACTIVE", "HOLDING", "ROUND_COLUMNS", "TERMINAL", "ActiveJobs", "JobW
 # A round's view of a job, and the reason stored on its row (to skip rewriting it).
 ROUND_COLUMNS = (*VIEW_COLUMNS, Job.reason)
 _PENDING = "inasched_flushed_jobs"
-_CHUNK = 500  # ids per IN (...): under every database's parameter limit
 ACTIVE = tuple(s for s in JobState if not s.terminal)
 TERMINAL = tuple(s for s in JobState if s.terminal)
 HOLDING = tuple(s for s in JobState if s.holds_memory)
@@ -160,6 +160,14 @@ class ActiveJobs:
         with self._lock:
             self._committed.update(job_ids)
 
+    def reasons_written(self, rows: Iterable[Row[Any]]) -> None:
+        """Hold `rows` (of `ROUND_COLUMNS`), which a round wrote and returned
+        (`api.jobstore.SqlJobStore.write_reasons`) and then committed: nobody reads them again.
+        A row written by somebody else meanwhile is read again all the same: its commit said so."""
+        for row in rows:
+            self._forget(row.id)
+            self._keep(row)
+
     def reload(self) -> None:
         """Have the next `refresh` select every row again."""
         with self._lock:
@@ -184,9 +192,7 @@ class ActiveJobs:
                 self._keep(r, views.get(r.id) if before.get(r.id) == r else None)
             self._unqueued |= queued - self.queued
             return
-        ordered = sorted(changed)
-        for i in range(0, len(ordered), _CHUNK):
-            chunk = ordered[i : i + _CHUNK]
+        for chunk in in_chunks(changed):
             found = s.execute(select(*ROUND_COLUMNS).where(Job.id.in_(chunk))).all()
             for job_id in chunk:
                 self._forget(job_id)

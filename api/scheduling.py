@@ -37,7 +37,7 @@ from api.models import Job, WorkerRow, utcnow
 from api.progress import Claim, ProgressCheck
 from api.quotas import UNLIMITED, QuotaDefaults, hold_back, load_limits, within_share
 from api.releaser import Releaser
-from api.rounds import ACTIVE, HOLDING, TERMINAL, ActiveJobs, JobWaiters
+from api.rounds import ACTIVE, HOLDING, ROUND_COLUMNS, TERMINAL, ActiveJobs, JobWaiters
 from api.schemas import JobPublic, SwitchPublic
 from api.store import get_state, put_state
 from api.topology import PolicyConfig, PsRegistry, Topology
@@ -339,11 +339,11 @@ class Coordinator:
                 # policy forgot to reclaim it.
                 if store.job(job_id).state.terminal:
                     self.applier.release(store, job_id)
-            reasoned = store.write_reasons()
+            reasoned = store.write_reasons(ROUND_COLUMNS)
             s.commit()
-        active.written(reasoned)
+        active.reasons_written(reasoned)
         self.publish_jobs(store.changed.values())
-        self.publish_reasons(reasoned)
+        self.publish_reasons(row.id for row in reasoned)
 
     def _installed(self, install: JobInstall, window: int) -> None:
         if self.ps_registry is not None:

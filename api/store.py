@@ -6,7 +6,7 @@ transaction.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, cast
 
 from sqlalchemy import Table, func, insert, select
@@ -25,6 +25,7 @@ __all__ = [
     "get_bench_run",
     "get_job",
     "get_state",
+    "in_chunks",
     "insert_jobs",
     "job_by_client_key",
     "list_bench_runs",
@@ -34,6 +35,16 @@ __all__ = [
     "store_bench_run",
     "tenant_for_token",
 ]
+
+
+IN_CHUNK = 500  # ids per IN (...): under every database's parameter limit
+
+
+def in_chunks(ids: Iterable[int]) -> Iterator[list[int]]:
+    """`ids` in order, in lists of at most `IN_CHUNK`: one ``IN (...)`` each."""
+    ordered = sorted(ids)
+    for i in range(0, len(ordered), IN_CHUNK):
+        yield ordered[i : i + IN_CHUNK]
 
 
 def create_tenant_token(session: Session, *, tenant: str, admin: bool = False) -> str:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.db import open_database
@@ -15,7 +16,7 @@ from api.jobstore import SqlJobStore
 from api.jobviews import QueueReasons
 from api.models import Job
 from api.quotas import TenantLimits, TenantQuota, hold_back
-from api.rounds import ActiveJobs
+from api.rounds import ROUND_COLUMNS, ActiveJobs
 from api.schemas import JobCreate, QueueReason
 from api.store import create_tenant_token, insert_jobs, new_job, tenant_for_token
 from scheduler.applier import SwitchIds
@@ -215,8 +216,9 @@ def test_a_new_reason_of_a_queued_job_is_written_without_loading_it(
         assert jobs_store.set_reason(told.id, Queue(told.id, f"why {told.id}"))
         assert jobs_store.row(loaded.id).reason == f"why {loaded.id}"  # loaded after all
         assert set(jobs_store.changed) == {loaded.id}
-        assert jobs_store.write_reasons() == [told.id, cancelled.id]
-        assert jobs_store.write_reasons() == []
+        written = jobs_store.write_reasons(ROUND_COLUMNS)
+        assert [(r.id, r.reason) for r in written] == [(told.id, f"why {told.id}")]
+        assert jobs_store.write_reasons(ROUND_COLUMNS) == []
         s.commit()
     with sessions() as s:
         stored = {job.id: s.get_one(Job, job.id).reason for job in jobs}
@@ -226,10 +228,40 @@ def test_a_new_reason_of_a_queued_job_is_written_without_loading_it(
         loaded.id: f"why {loaded.id}",
         cancelled.id: None,
     }
+    active.reasons_written(written)
+    assert active.rows[told.id].reason == f"why {told.id}"
+    assert active.rows[cancelled.id].state == JobState.QUEUED  # as read before its cancel
     with sessions() as s:
         active.refresh(s)
-        assert active.rows[told.id].reason is None  # no flush: not seen
-        active.written([told.id, cancelled.id])
-        active.refresh(s)
-        assert active.rows[told.id].reason == f"why {told.id}"
-        assert cancelled.id not in active.queued
+    # Held as written, not read again; the cancelled job is read again: its commit said so.
+    assert active.rows[told.id] is written[0]
+    assert cancelled.id not in active.queued
+
+
+def test_jobs_that_wait_for_the_same_reason_share_one_statement(
+    store: tuple[sessionmaker[Session], int], active: ActiveJobs
+) -> None:
+    sessions, _ = store
+    jobs = _stored(store, active, 5)
+    statements: list[tuple[str, bool]] = []
+
+    def seen(_conn: object, _cursor: object, sql: str, _params: object, _ctx: object, many: bool):
+        if sql.lstrip().upper().startswith("UPDATE"):
+            statements.append((sql, many))
+
+    with sessions() as s, s.no_autoflush:
+        engine = s.get_bind()
+        event.listen(engine, "before_cursor_execute", seen)
+        try:
+            jobs_store = SqlJobStore(s, counters={}, reasons=QueueReasons(), known=active.rows)
+            for i, job in enumerate(jobs):
+                jobs_store.set_reason(job.id, Queue(job.id, "memory" if i % 2 else "policy"))
+            written = jobs_store.write_reasons(ROUND_COLUMNS)
+            s.commit()
+        finally:
+            event.remove(engine, "before_cursor_execute", seen)
+    assert sorted((r.id, r.reason) for r in written) == [
+        (job.id, "memory" if i % 2 else "policy") for i, job in enumerate(jobs)
+    ]
+    assert len(statements) == 2  # one for each reason, not one for each job
+    assert not any(many for _, many in statements)
