@@ -4,7 +4,7 @@ PostgreSQL in one run; and the decision round's time against the number of activ
 
     python -m bench.api [--quick] [--clients 50] [--jobs N] [--backlog 5000] [--repeats R]
                         [--rate 500] [--policy atp] [--round-sizes 100,1000,5000]
-                        [--postgres-url URL] [--json FILE]
+                        [--postgres-url URL] [--busy-cores N] [--json FILE]
 
 Each measurement gets a fresh service process (``inasched up --switch memory``: the in-memory
 switch backend, whose tables are plain dicts (``INASCHED_DATAPATH=python``: there is no data
@@ -24,6 +24,11 @@ counted from when each job was due), and as fast as answered again over the back
 Targets: the service takes at least 500 submissions/s from 50 clients, and at 500/s offered by
 them answers 99% within 50 ms, on the empty store; it takes at least 200 submissions/s with
 the backlog. Each row prints its ratio to its target (>= 1 meets it).
+
+The figures depend on what else the machine runs: the run prints the cores and the load average
+before it (the JSON holds them under ``machine``). ``--busy-cores N`` keeps N cores busy with
+spinning processes for the whole run, the way a shared machine is when other work runs on it,
+to see how the service holds up.
 """
 
 from __future__ import annotations
@@ -105,6 +110,19 @@ class Result:
         if self.backlog or self.rate is None:
             return None
         return TARGET_P99_MS / max(self.p99_ms, 1e-9)
+
+
+@contextmanager
+def _busy(cores: int) -> Iterator[None]:
+    """`cores` processes that spin until the block ends (killed and reaped then)."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+        for spinner in spinners:
+            spinner.wait()
 
 
 def _free_port() -> int:
@@ -382,14 +400,19 @@ def _sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected at least 1")
-    return value
+def _whole(low: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least `low`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected at least {low}")
+        return value
+
+    return parse
 
 
 def _print_results(results: list[Result]) -> None:
@@ -466,22 +489,28 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; prints tables (and writes JSON); returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m bench.api", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer jobs and repeats (1-2 min)")
-    parser.add_argument("--clients", type=_positive, default=50)
-    parser.add_argument("--jobs", type=_positive, help="submissions per measurement")
+    parser.add_argument("--clients", type=_whole(1), default=50)
+    parser.add_argument("--jobs", type=_whole(1), help="submissions per measurement")
     parser.add_argument(
-        "--backlog", type=_positive, default=5000, help="active jobs in the store (5000)"
+        "--backlog", type=_whole(1), default=5000, help="active jobs in the store (5000)"
     )
-    parser.add_argument("--repeats", type=_positive, help="fresh services per measurement")
+    parser.add_argument("--repeats", type=_whole(1), help="fresh services per measurement")
     parser.add_argument(
         "--rate",
-        type=_positive,
+        type=_whole(1),
         default=int(TARGET_SUBMISSIONS_PER_S),
         help="submissions/s the paced clients offer, for the p99 target (500)",
     )
     parser.add_argument("--round-sizes", type=_sizes, default=(100, 1000, 5000))
-    parser.add_argument("--rounds", type=_positive, help="timed rounds per size")
+    parser.add_argument("--rounds", type=_whole(1), help="timed rounds per size")
     parser.add_argument("--policy", default="atp", choices=policy_names())
     parser.add_argument("--postgres-url", default=os.environ.get("INASCHED_TEST_POSTGRES_URL"))
+    parser.add_argument(
+        "--busy-cores",
+        type=_whole(0),
+        default=0,
+        help="cores kept busy by spinning processes during the run (0)",
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     jobs = args.jobs or (2000 if args.quick else 5000)
@@ -489,7 +518,15 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or (10 if args.quick else 30)
     results: list[Result] = []
     round_rows: list[RoundTime] = []
-    with tempfile.TemporaryDirectory(prefix="inasched-bench-api-") as tmp:
+    machine = {
+        "cores": os.cpu_count(),
+        "load_before": round(os.getloadavg()[0], 2),
+        "busy_cores": args.busy_cores,
+    }
+    with (
+        tempfile.TemporaryDirectory(prefix="inasched-bench-api-") as tmp,
+        _busy(args.busy_cores),
+    ):
         counter = iter(range(10**6))
 
         @contextmanager
@@ -523,10 +560,15 @@ def main(argv: list[str] | None = None) -> int:
                 round_rows += round_times(
                     database, url, policy=args.policy, sizes=args.round_sizes, rounds=rounds
                 )
+    print(
+        f"machine: {machine['cores']} cores, load average {machine['load_before']:.2f} before "
+        f"the run, {machine['busy_cores']} kept busy by spinning processes during it"
+    )
     _print_results(results)
     _print_rounds(round_rows)
     if args.json:
         body = {
+            "machine": machine,
             "submissions": [
                 {**asdict(r), "rate_ratio": r.rate_ratio, "p99_ratio": r.p99_ratio} for r in results
             ],

@@ -13,7 +13,7 @@ import pytest
 
 from api.db import open_database
 from api.models import Job
-from bench.api import main
+from bench.api import _busy, main
 from bench.api_rounds import fill_store, round_times
 from scheduler.memory import JobState
 
@@ -36,7 +36,10 @@ def test_a_tiny_run_prints_both_cases_the_round_table_and_json(
     }
     assert all(r[5] == "0" for r in submissions)  # no errors
     assert "x rate" in out and "full read" in out
+    assert f"machine: {os.cpu_count()} cores, load average " in out
     body = json.loads(out_json.read_text())
+    assert body["machine"]["cores"] == os.cpu_count() and body["machine"]["busy_cores"] == 0
+    assert body["machine"]["load_before"] >= 0
     assert {(s["database"], s["backlog"], s["rate"]) for s in body["submissions"]} == {
         (d, b, r) for d in databases for b, r in ((0, None), (0, 100), (30, None))
     }
@@ -72,7 +75,9 @@ def test_fill_store_adds_queued_jobs_of_one_tenant() -> None:
             engine.dispose()
 
 
-@pytest.mark.parametrize("bad", [["--round-sizes", "100,10"], ["--jobs", "0"]])
+@pytest.mark.parametrize(
+    "bad", [["--round-sizes", "100,10"], ["--jobs", "0"], ["--busy-cores", "-1"]]
+)
 def test_bad_arguments_get_one_clear_line(
     bad: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -81,3 +86,27 @@ def test_bad_arguments_get_one_clear_line(
     assert exited.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("python -m bench.api: error: argument")
+
+
+def _spinners() -> list[int]:
+    """Pids of this process's children that spin (`bench.api._busy`)."""
+    me = str(os.getpid())
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            cmdline = (proc / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue  # not a process, or it ended meanwhile
+        if ppid == me and b"while True: pass" in cmdline:
+            found.append(int(proc.name))
+    return found
+
+
+def test_busy_cores_spin_during_the_block_and_are_reaped_after() -> None:
+    with _busy(2):
+        assert len(_spinners()) == 2
+    assert _spinners() == []
+    with pytest.raises(RuntimeError), _busy(1):
+        raise RuntimeError("a measurement failed")
+    assert _spinners() == []
