@@ -172,10 +172,17 @@ class ActiveJobs:
     def reasons_written(self, rows: Iterable[Row[Any]]) -> None:
         """Hold `rows` (of `ROUND_COLUMNS`), which a round wrote and returned
         (`api.jobstore.SqlJobStore.write_reasons`) and then committed: nobody reads them again.
-        A row written by somebody else meanwhile is read again all the same: its commit said so."""
+        A row written by somebody else meanwhile is read again all the same: its commit said so.
+        A job held back by its tenant's job limit that now waits, as its row says, for the
+        reason `quota_waits` gave it stays among those waits applied (its row changed only by
+        that wait), so the next round does not give it the same wait again."""
         for row in rows:
-            self._forget(row.id)
+            why, applied = self._held.get(row.tenant_id, ("", set()))
+            keep_applied = row.reason == why and row.id in applied
+            self._forget(row.id)  # drops it from `applied`
             self._keep(row)
+            if keep_applied:
+                applied.add(row.id)
 
     def reload(self) -> None:
         """Have the next `refresh` select every row again."""

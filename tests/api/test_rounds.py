@@ -265,3 +265,24 @@ def test_jobs_that_wait_for_the_same_reason_share_one_statement(
     ]
     assert len(statements) == 2  # one for each reason, not one for each job
     assert not any(many for _, many in statements)
+
+
+def test_a_held_back_job_whose_wait_a_round_wrote_is_not_given_it_again(
+    store: tuple[sessionmaker[Session], int], active: ActiveJobs
+) -> None:
+    sessions, tenant_id = store
+    jobs = _stored(store, active, 3)
+    full = TenantLimits("alice", max_jobs=1, aggregator_share=1.0)
+    held_back = hold_back(active.queued_of, active.holding, {tenant_id: full})
+    waits = active.quota_waits(held_back)
+    assert [w.job_id for w in waits] == [j.id for j in jobs[1:]]
+    with sessions() as s, s.no_autoflush:  # the round writes their reasons
+        jobs_store = SqlJobStore(s, counters={}, reasons=QueueReasons(), known=active.rows)
+        for wait in waits:
+            assert jobs_store.set_reason(wait.job_id, wait)
+        written = jobs_store.write_reasons(ROUND_COLUMNS)
+        s.commit()
+    active.reasons_written(written)
+    with sessions() as s:
+        active.refresh(s)
+    assert active.quota_waits(held_back) == []
