@@ -57,6 +57,17 @@ def _stored(store: tuple[sessionmaker[Session], int], active: ActiveJobs, n: int
     return jobs
 
 
+# A tenant with room for one admitted job.
+ONE_JOB = TenantLimits("alice", max_jobs=1, aggregator_share=1.0)
+
+
+def _held_back(
+    active: ActiveJobs, tenant_id: int, limits: TenantLimits = ONE_JOB
+) -> dict[int, tuple[str, list[int]]]:
+    """What `hold_back` holds back of `active`'s queued jobs under `limits`."""
+    return hold_back(active.queued_of, active.holding, {tenant_id: limits})
+
+
 def _jobs(tenant_id: int, n: int) -> list[Job]:
     return [
         new_job(tenant_id=tenant_id, spec=SPEC, gradient_bytes=1_000, window=16)[0]
@@ -166,9 +177,8 @@ def test_jobs_held_back_by_a_job_limit_wait_once_for_each_reason(
 ) -> None:
     sessions, tenant_id = store
     jobs = _stored(store, active, 4)
-    full = TenantLimits("alice", max_jobs=1, aggregator_share=1.0)
     # One job of room: the oldest goes to the policy, the three after it wait.
-    held_back = hold_back(active.queued_of, active.holding, {tenant_id: full})
+    held_back = _held_back(active, tenant_id)
     why = "tenant quota: tenant 'alice' has 0 of its 1 admitted jobs"
     assert held_back == {tenant_id: (why, [j.id for j in jobs[1:]])}
     assert active.quota_waits(held_back) == [TenantQuota(j.id, why) for j in jobs[1:]]
@@ -185,18 +195,18 @@ def test_jobs_held_back_by_a_job_limit_wait_once_for_each_reason(
         s.get_one(Job, jobs[0].id).state = JobState.ADMITTED
         s.commit()
         active.refresh(s)
-    held_back = hold_back(active.queued_of, active.holding, {tenant_id: full})
+    held_back = _held_back(active, tenant_id)
     why = "tenant quota: tenant 'alice' has 1 of its 1 admitted jobs"
     assert active.quota_waits(held_back) == [TenantQuota(j.id, why) for j in jobs[1:]]
     # A tenant with room for all its queued jobs holds none back.
     roomy = TenantLimits("alice", max_jobs=4, aggregator_share=1.0)
-    assert hold_back(active.queued_of, active.holding, {tenant_id: roomy}) == {}
+    assert _held_back(active, tenant_id, roomy) == {}
     # A full read forgets what was applied: after a failed round, every wait is applied.
-    active.quota_waits(hold_back(active.queued_of, active.holding, {tenant_id: full}))
+    active.quota_waits(_held_back(active, tenant_id))
     active.reload()
     with sessions() as s:
         active.refresh(s)
-    again = active.quota_waits(hold_back(active.queued_of, active.holding, {tenant_id: full}))
+    again = active.quota_waits(_held_back(active, tenant_id))
     assert [w.job_id for w in again] == [j.id for j in jobs[1:]]
 
 
@@ -272,8 +282,7 @@ def test_a_held_back_job_whose_wait_a_round_wrote_is_not_given_it_again(
 ) -> None:
     sessions, tenant_id = store
     jobs = _stored(store, active, 3)
-    full = TenantLimits("alice", max_jobs=1, aggregator_share=1.0)
-    held_back = hold_back(active.queued_of, active.holding, {tenant_id: full})
+    held_back = _held_back(active, tenant_id)
     waits = active.quota_waits(held_back)
     assert [w.job_id for w in waits] == [j.id for j in jobs[1:]]
     with sessions() as s, s.no_autoflush:  # the round writes their reasons
