@@ -15,7 +15,7 @@ FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 # lists the dependencies its client code has.
 P4RUNTIME_SHELL := p4runtime-shell==0.0.6
 P4RUNTIME_UPB := third_party/p4runtime-upb
-$(BIN)/.installed: pyproject.toml $(wildcard p4/p4ctl/engine/*.c p4/p4ctl/engine/*.h) \
+$(BIN)/.installed: pyproject.toml $(wildcard p4/p4ctl/csrc/*.c p4/p4ctl/csrc/*.h) \
         $(wildcard $(P4RUNTIME_UPB)/pyproject.toml $(P4RUNTIME_UPB)/p4/*/*.py* $(P4RUNTIME_UPB)/p4/*/*/*.py*)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip uninstall -q -y --disable-pip-version-check p4runtime

@@ -1,9 +1,14 @@
-"""The inasched service: REST API, job store, scheduling loop and the ``inasched`` CLI.
+"""The inasched service, in three rooms and a shared vocabulary.
 
-- `api.app.create_app(settings)` builds the FastAPI app (routes in `api.routes`, one module per
-  resource); `api.settings.Settings` is its configuration (``INASCHED_*`` variables).
-- `api.scheduling.Coordinator` drives the scheduler's policy and is the only writer to the
-  switch (through `p4ctl.backend.SwitchBackend`); `api.rendezvous` serves the workers.
-- `api.models` and `api.store` are the job store (SQLAlchemy 2, Alembic migrations in
-  ``api/migrations``); `api.cli.main` is the console script.
+- `api.http`: the FastAPI app (`api.http.app.create_app(settings)`), one router per resource
+  (`api.http.routes`), dependency aliases, Prometheus text and the offline API docs.
+- `api.coordinator`: the scheduling loop (`Coordinator`), the decision rounds, batched
+  submissions, quotas, the workers' rendezvous, leader and standby, and `Service`, the running
+  parts behind one app. It is the only writer to the switch (`p4ctl.backend.SwitchBackend`).
+- `api.store`: the job store: SQLAlchemy 2 models, Alembic migrations, data functions
+  (`api.store.crud`), API tokens and the one-service-per-store lock.
+- `api.settings`, `api.schemas`, `api.errors`, `api.security`: the configuration, the request
+  and response bodies, the exception tree and token digests every room uses.
+
+Rooms import downwards only: http -> coordinator -> store -> the shared vocabulary.
 """

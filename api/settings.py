@@ -1,7 +1,7 @@
 """`Settings`: the one configuration object of the service, read from ``INASCHED_*`` variables.
 
 Nothing here is a module-level instance: the CLI builds a `Settings` and hands it to
-``api.app.create_app(settings)``; tests build their own.
+``api.http.app.create_app(settings)``; tests build their own.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ from pathlib import Path
 
 import httpx
 
-from api.db import open_database
+from api.store.db import open_database
 from bench.api_rounds import RoundTime, fill_store, round_times
 from scheduler.registry import policy_names
 
@@ -137,7 +137,7 @@ def _free_port() -> int:
 def _service(database_url: str, data_dir: Path, policy: str) -> Iterator[tuple[str, str]]:
     """A service process on `database_url`; yields ``(base URL, tenant token)``."""
     port = _free_port()
-    cmd = [sys.executable, "-m", "api.cli", "--log-level", "WARNING", "up", "--switch", "memory"]
+    cmd = [sys.executable, "-m", "cli", "--log-level", "WARNING", "up", "--switch", "memory"]
     cmd += ["--port", str(port), "--data-dir", str(data_dir), "--database-url", database_url]
     cmd += ["--policy", policy]
     # Admitted backlog jobs never see a worker: keep them admitted for the whole run.
@@ -286,7 +286,7 @@ def _queued_reasons_known(database_url: str) -> bool:
     """True once no queued job waits for its first decision round (its reason is stored)."""
     from sqlalchemy import func, select
 
-    from api.models import Job
+    from api.store.models import Job
     from scheduler.memory import JobState
 
     engine, sessions = open_database(database_url, pool_size=1)

@@ -20,14 +20,14 @@ from p4ctl.backend import Endpoint, InMemorySwitch
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.db import open_database
-from api.events import EventBus
-from api.models import Job
-from api.scheduling import Coordinator
+from api.coordinator.events import EventBus
+from api.coordinator.scheduling import Coordinator
+from api.coordinator.topology import PolicyConfig, Topology
 from api.schemas import JobCreate
 from api.settings import Settings
-from api.store import create_job, create_tenant_token, new_job, tenant_for_token
-from api.topology import PolicyConfig, Topology
+from api.store.crud import create_job, create_tenant_token, new_job, tenant_for_token
+from api.store.db import open_database
+from api.store.models import Job
 from scheduler.memory import JobState
 
 __all__ = ["RoundTime", "fill_store", "round_times"]

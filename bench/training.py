@@ -193,9 +193,9 @@ class _Service:
     def __init__(self, data_dir: Path, lanes: int, window: int) -> None:
         import uvicorn
 
-        from api.app import create_app
+        from api.http.app import create_app
         from api.settings import Settings
-        from api.store import create_tenant_token
+        from api.store.crud import create_tenant_token
 
         port = _free_port()
         settings = Settings.model_validate(

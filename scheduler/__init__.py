@@ -59,7 +59,7 @@ from scheduler.registry import (
     priority_names,
     register_policy,
 )
-from scheduler.service import AggregatorParams, Scheduler
+from scheduler.scheduler import AggregatorParams, Scheduler
 from scheduler.simulator import simulate
 from scheduler.snapshot import (
     Admit,

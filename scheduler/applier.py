@@ -33,7 +33,7 @@ from p4ctl.protocol import Policy as SwitchPolicy
 from scheduler.errors import MemoryConflict
 from scheduler.memory import JobState, MemoryMap, Partition, Pool, check_transition
 from scheduler.registry import make_policy
-from scheduler.service import Scheduler
+from scheduler.scheduler import Scheduler
 from scheduler.snapshot import Admit, Decision, JobView, Queue, Reclaim, Reject, SetPriority
 
 __all__ = [

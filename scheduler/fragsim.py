@@ -54,7 +54,7 @@ from scheduler.clock import VirtualClock
 from scheduler.config import RunResult, SimConfig, UtilSample
 from scheduler.jobs import JobRecord, JobTable
 from scheduler.memory import JobState
-from scheduler.service import Scheduler
+from scheduler.scheduler import Scheduler
 from scheduler.workload import JobSpec
 
 __all__ = ["simulate_fragments"]

@@ -15,7 +15,7 @@ from p4ctl.backend import Endpoint, InMemorySwitch, SwitchBackend
 
 from scheduler.applier import DecisionApplier, Placement, StoredJob, Waiting
 from scheduler.memory import JobState, MemoryMap, Partition
-from scheduler.service import Scheduler
+from scheduler.scheduler import Scheduler
 from scheduler.snapshot import Decision, JobView
 from scheduler.workload import JobSpec
 

@@ -27,7 +27,7 @@ from scheduler.fluid import CommRate, FlowJob, comm_rates
 from scheduler.jobs import JobRecord, JobTable
 from scheduler.memory import JobState
 from scheduler.policy import Policy
-from scheduler.service import Scheduler
+from scheduler.scheduler import Scheduler
 from scheduler.workload import JobSpec
 
 __all__ = ["simulate"]

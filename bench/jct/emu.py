@@ -1,6 +1,6 @@
 """The ``--emu`` back-end: the real service, soft switch, PS and worker processes on loopback.
 
-For each policy a fresh service (``api.app.create_app``, embedded soft switch and PS, its own
+For each policy a fresh service (``api.http.app.create_app``, embedded soft switch and PS, its own
 SQLite store in a temporary folder) is served by uvicorn in a thread of this process. Jobs are
 submitted over REST at their (time-compressed) arrival times; each job's workers are separate
 processes running ``workers.worker.main`` (``inasched worker --service URL --job ID --token T
@@ -269,9 +269,9 @@ class _Service:
         try:
             import uvicorn
 
-            from api.app import create_app
+            from api.http.app import create_app
             from api.settings import Settings
-            from api.store import create_tenant_token
+            from api.store.crud import create_tenant_token
         except ImportError as exc:
             raise EmuError(f"the service is not installed or incomplete: {exc}") from exc
         self.port = _free_port()

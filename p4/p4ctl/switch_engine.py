@@ -1,7 +1,7 @@
 """The soft switch's packet pass on the compiled engine: tables as arrays, bursts in and out.
 
 `Pipeline` (``p4ctl.pipeline``) owns the switch's state either way. On the compiled data path
-its registers and counters are numpy arrays that the C pass (``p4/p4ctl/engine/``) reads and
+its registers and counters are numpy arrays that the C pass (``p4/p4ctl/csrc/``) reads and
 writes in place, and its tables stay dicts, written by the control plane as before, whose
 every write rebuilds the arrays the pass looks entries up in (`Table`, `TableArrays`): a
 P4Runtime write is seen by the next packet, and a read returns what the packets did. The pass

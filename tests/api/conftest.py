@@ -22,9 +22,9 @@ from fastapi import FastAPI
 from p4ctl.backend import InMemorySwitch
 from sqlalchemy.engine import make_url
 
-from api.app import create_app
+from api.http.app import create_app
 from api.settings import Settings
-from api.store import create_tenant_token
+from api.store.crud import create_tenant_token
 
 PG_ENV = "INASCHED_TEST_POSTGRES_URL"
 

@@ -14,17 +14,17 @@ from p4ctl.backend import Endpoint, InMemorySwitch
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.db import create_db_engine
-from api.events import EventBus
-from api.models import Base, Job, Tenant
-from api.scheduling import Coordinator
+from api.coordinator.events import EventBus
+from api.coordinator.scheduling import Coordinator
+from api.coordinator.topology import PolicyConfig, Topology
 from api.schemas import JobCreate
-from api.store import create_job
-from api.topology import PolicyConfig, Topology
+from api.store.crud import create_job
+from api.store.db import create_db_engine
+from api.store.models import Base, Job, Tenant
 from scheduler.jobs import SIMULATED_PS, JobTable
 from scheduler.memory import JobState, Partition, Pool
 from scheduler.registry import policy_names
-from scheduler.service import Scheduler
+from scheduler.scheduler import Scheduler
 from scheduler.workload import JobSpec
 
 AGGREGATORS = 64

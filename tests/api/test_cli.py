@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from api.cli import build_parser, main
-from api.cli_jobs import ExitCode, jobs_table
 from api.settings import Settings
+from cli.jobs import ExitCode, jobs_table
+from cli.main import build_parser, main
 from tests.api.conftest import Api
 
 UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens there

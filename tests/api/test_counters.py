@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from api.counters import settle_counters, track_starvation
-from api.models import Job
+from api.coordinator.counters import settle_counters, track_starvation
+from api.store.models import Job
 
 
 def test_counters_of_a_reused_switch_job_id_start_from_its_base() -> None:

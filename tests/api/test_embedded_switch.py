@@ -8,7 +8,7 @@ from pathlib import Path
 from p4ctl.client import SwitchClient
 from p4ctl.protocol import AggState
 
-from api.runtime import connect_switch
+from api.coordinator.runtime import connect_switch
 from api.settings import Settings
 
 

@@ -14,13 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api.app import create_app
+from api.http.app import create_app
 from api.settings import Settings
-from api.store import create_tenant_token
+from api.store.crud import create_tenant_token
 from tests.api.conftest import LiveServer, wait_for
 
 pytestmark = pytest.mark.slow
-CLI = [sys.executable, "-m", "api.cli"]
+CLI = [sys.executable, "-m", "cli"]
 TERMINAL = ("finished", "failed", "cancelled")
 # The external PS serves the jobs the service registers over its control channel, signed
 # with the secret both were given.

@@ -20,10 +20,10 @@ from p4ctl.p4info import COMMITTED_P4INFO, DEFAULT_AGGREGATORS, MAX_AGGREGATORS
 from p4ctl.softswitch import SoftSwitch
 from p4ctl.softswitch import main as switch_main
 
-from api.app import create_app
-from api.cli import main
+from api.http.app import create_app
 from api.settings import Settings
-from api.store import create_tenant_token
+from api.store.crud import create_tenant_token
+from cli.main import main
 from tests.api.conftest import LiveServer, free_port, listening, wait_for
 
 DEVICE_ID = 3
@@ -35,7 +35,7 @@ def switch_process() -> Iterator[tuple[str, str]]:
     grpc_port, data_port = free_port(socket.SOCK_STREAM), free_port(socket.SOCK_DGRAM)
     p4rt, data = f"127.0.0.1:{grpc_port}", f"127.0.0.1:{data_port}"
     argv = ["switch", "--p4runtime", p4rt, "--data", data, "--device-id", str(DEVICE_ID)]
-    proc = subprocess.Popen([sys.executable, "-m", "api.cli", *argv])
+    proc = subprocess.Popen([sys.executable, "-m", "cli", *argv])
     try:
         wait_for(lambda: proc.poll() is not None or listening(grpc_port), "the switch to listen")
         assert proc.poll() is None, "inasched switch exited"
@@ -106,7 +106,7 @@ def test_demo_on_an_external_switch_ends_with_its_jobs_removed(
     argv = ["demo", "--switch", p4rt, "--switch-data", data, "--switch-device-id", str(DEVICE_ID)]
     argv += ["--port", str(free_port(socket.SOCK_STREAM)), "--data-dir", str(tmp_path)]
     done = subprocess.run(
-        [sys.executable, "-m", "api.cli", *argv], capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "cli", *argv], capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.count(": finished, JCT") == 3, done.stdout

@@ -30,10 +30,10 @@ from p4ctl.client import SwitchClient
 from p4ctl.softswitch import SoftSwitch
 from sqlalchemy.engine import make_url
 
-from api.app import RETRY_AFTER_S, create_app
+from api.http.app import RETRY_AFTER_S, create_app
 from api.settings import Settings
-from api.store import create_tenant_token
-from api.storelock import StoreInUse
+from api.store.crud import create_tenant_token
+from api.store.lock import StoreInUse
 from scheduler.workload import model_table
 from tests.api.conftest import (
     PG_ENV,
@@ -214,7 +214,7 @@ class Deployment:
         env["INASCHED_HEARTBEAT_TIMEOUT_S"] = HEARTBEAT_TIMEOUT_S
         with log.open("ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "api.cli", *argv],
+                [sys.executable, "-m", "cli", *argv],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=env,

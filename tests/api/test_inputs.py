@@ -1,14 +1,14 @@
-"""`api.inputs` on values no HTTP request can make today: a job's totals near 2**63 from
+"""`api.coordinator.inputs` on values no HTTP request can make today: a job's totals near 2**63 from
 worker rows stored before counters were bounded."""
 
 from __future__ import annotations
 
 import pytest
 
+from api.coordinator.inputs import INT64_MAX, check_progress, padded_gradient_bytes
 from api.errors import Invalid
-from api.inputs import INT64_MAX, check_progress, padded_gradient_bytes
-from api.models import Job, WorkerRow
 from api.schemas import WorkerProgress
+from api.store.models import Job, WorkerRow
 
 
 def _job(*stored: int) -> Job:

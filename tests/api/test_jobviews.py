@@ -35,7 +35,7 @@ def two_switch_ids(
     tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Api]:
     """An atp service whose switch job table has two entries (the real one has 1,024)."""
-    monkeypatch.setattr("api.scheduling.MAX_JOBS", 2)
+    monkeypatch.setattr("api.coordinator.scheduling.MAX_JOBS", 2)
     yield from _api(tmp_path, database_url, "atp")
 
 

@@ -18,9 +18,9 @@ import httpx
 import pytest
 from p4ctl.backend import SwitchBackend
 
-from api.app import create_app
+from api.http.app import create_app
 from api.settings import Settings
-from api.store import create_tenant_token
+from api.store.crud import create_tenant_token
 from tests.api.conftest import LiveServer, wait_for
 
 # A worker that records its pid (and torchrun's) in a folder, then trains with the worker
@@ -73,7 +73,7 @@ class Service:
         return body
 
     def launch(self, *argv: str) -> subprocess.Popen[str]:
-        cmd = [sys.executable, "-m", "api.cli", "--service", self.url, "--token", self.token]
+        cmd = [sys.executable, "-m", "cli", "--service", self.url, "--token", self.token]
         cmd += ["launch", "--poll", "0.2", "--grace", "5", *argv]
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -233,7 +233,7 @@ def test_a_job_still_queued_after_queue_wait_is_cancelled(service: Service) -> N
 def test_launch_errors_are_one_line_with_the_clis_exit_codes(
     service: Service, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from api.cli import main
+    from cli.main import main
 
     assert main(["--service", service.url, "launch", "--workers", "1", "--iterations", "1"]) == 2
     assert "give the training command after --" in capsys.readouterr().err

@@ -14,9 +14,9 @@ import pytest
 from p4ctl.backend import InMemorySwitch
 from p4ctl.protocol import Flag, Kind, Packet, encode
 
-from api.app import create_app
+from api.http.app import create_app
 from api.settings import Settings
-from api.store import create_tenant_token
+from api.store.crud import create_tenant_token
 from tests.api.conftest import LiveServer, wait_for
 from workers.ps import ParameterServer
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from api.cli import build_parser
 from api.schemas import JobPublic, PolicyUpdate, SwitchPublic
 from api.settings import Settings
+from cli.main import build_parser
 from scheduler.memory import JobState
 from scheduler.registry import policy_names, priority_names
 

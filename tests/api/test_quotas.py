@@ -15,11 +15,11 @@ import pytest
 from p4ctl.backend import InMemorySwitch
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.app import create_app
-from api.models import Job
-from api.scheduling import Coordinator
+from api.coordinator.scheduling import Coordinator
+from api.http.app import create_app
 from api.settings import Settings
-from api.store import create_tenant_token
+from api.store.crud import create_tenant_token
+from api.store.models import Job
 from tests.api.conftest import LiveServer, decided, wait_for
 
 

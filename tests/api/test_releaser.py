@@ -7,7 +7,7 @@ import threading
 from p4ctl.backend import Endpoint, InMemorySwitch, JobInstall
 from p4ctl.protocol import Policy
 
-from api.releaser import Releaser
+from api.coordinator.releaser import Releaser
 
 JOB = JobInstall(7, Policy.ESA, 2, ps=Endpoint("127.0.0.1", 9))
 

@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 from p4ctl.backend import InMemorySwitch
 
-from api.app import create_app
+from api.http.app import create_app
 from api.settings import Settings
-from api.store import create_tenant_token
+from api.store.crud import create_tenant_token
 from tests.api.conftest import LiveServer
 
 

@@ -1,6 +1,7 @@
-"""api.rounds: what a decision round reads and applies follows what changed. A real SQLite
+"""api.coordinator.rounds: what a decision round reads and applies follows what changed. A real
+SQLite
 store; `ActiveJobs` follows its session factory's commits, and is told about jobs written
-without the ORM (`api.store.insert_jobs`, the submissions' writer)."""
+without the ORM (`api.store.crud.insert_jobs`, the submissions' writer)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,14 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.db import open_database
-from api.jobstore import SqlJobStore
-from api.jobviews import QueueReasons
-from api.models import Job
-from api.quotas import TenantLimits, TenantQuota, hold_back
-from api.rounds import ROUND_COLUMNS, ActiveJobs
+from api.coordinator.jobstore import SqlJobStore
+from api.coordinator.jobviews import QueueReasons
+from api.coordinator.quotas import TenantLimits, TenantQuota, hold_back
+from api.coordinator.rounds import ROUND_COLUMNS, ActiveJobs
 from api.schemas import JobCreate, QueueReason
-from api.store import create_tenant_token, insert_jobs, new_job, tenant_for_token
+from api.store.crud import create_tenant_token, insert_jobs, new_job, tenant_for_token
+from api.store.db import open_database
+from api.store.models import Job
 from scheduler.applier import SwitchIds
 from scheduler.memory import JobState
 from scheduler.snapshot import Admit, Decision, Queue

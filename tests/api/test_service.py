@@ -10,9 +10,9 @@ import time
 import httpx
 from sqlalchemy import create_engine, inspect
 
-from api.db import migrate
-from api.models import Base
 from api.settings import Settings
+from api.store.db import migrate
+from api.store.models import Base
 from tests.api.conftest import Api, make_api, wait_for
 
 
@@ -116,10 +116,10 @@ def test_migrations_create_exactly_the_models_tables(database_url: str) -> None:
 
 
 def test_unreachable_database_is_one_line_and_nonzero_exit() -> None:
-    cmd = [sys.executable, "-m", "api.cli", "token", "create", "x"]
+    cmd = [sys.executable, "-m", "cli", "token", "create", "x"]
     cmd += ["--database-url", "postgresql+psycopg://nobody@127.0.0.1:1/none"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 3  # api.cli_jobs.ExitCode.UNREACHABLE
+    assert done.returncode == 3  # cli.jobs.ExitCode.UNREACHABLE
     errors = [line for line in done.stderr.splitlines() if line.startswith("inasched:")]
     assert len(errors) == 1 and "cannot use the database" in errors[0]
     assert "Traceback" not in done.stderr

@@ -17,9 +17,9 @@ import httpx
 import pytest
 from p4ctl.backend import InMemorySwitch
 
-from api.app import create_app
+from api.http.app import create_app
 from api.settings import Settings
-from api.storelock import StoreInUse
+from api.store.lock import StoreInUse
 from tests.api.conftest import LiveServer
 
 # A refused `inasched up` exits at once; the limit only ends a run that did not refuse.
@@ -28,7 +28,7 @@ UP_TIMEOUT_S = 60
 
 def _up(args: list[str]) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("INASCHED_")}
-    command = [sys.executable, "-m", "api.cli", "up", "--switch", "memory", *args]
+    command = [sys.executable, "-m", "cli", "up", "--switch", "memory", *args]
     try:
         return subprocess.run(
             command, env=env, capture_output=True, text=True, timeout=UP_TIMEOUT_S

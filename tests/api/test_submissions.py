@@ -1,4 +1,5 @@
-"""api.submissions: submissions waiting together are stored in one transaction, and what one of
+"""api.coordinator.submissions: submissions waiting together are stored in one transaction, and
+what one of
 them does wrong is answered to it alone. A real SQLite store; the writer is held back by its
 `on_stored` callback of the batch before, so that the next submissions queue behind it."""
 
@@ -13,12 +14,18 @@ import pytest
 from sqlalchemy import event, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.db import open_database
+from api.coordinator.submissions import (
+    Submission,
+    Submissions,
+    SubmissionsClosed,
+    Submitted,
+    UnknownToken,
+)
 from api.errors import Invalid
-from api.models import Job
 from api.schemas import JobCreate
-from api.store import create_tenant_token
-from api.submissions import Submission, Submissions, SubmissionsClosed, Submitted, UnknownToken
+from api.store.crud import create_tenant_token
+from api.store.db import open_database
+from api.store.models import Job
 
 
 @pytest.fixture

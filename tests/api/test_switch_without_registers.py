@@ -22,10 +22,10 @@ from p4ctl.protocol import AggState, Kind, Packet, encode
 from p4ctl.register_access import PI_READS_REFUSED
 from p4ctl.softswitch import SoftSwitch
 
-from api.app import create_app
-from api.cli import main
+from api.http.app import create_app
 from api.settings import Settings
-from api.store import create_tenant_token
+from api.store.crud import create_tenant_token
+from cli.main import main
 from tests.api.conftest import LiveServer, free_port, listening, wait_for
 
 AGGREGATORS, LANES = 256, 64
@@ -158,7 +158,7 @@ def test_demo_on_a_switch_that_answers_as_bmv2_ends_with_its_aggregators_reclaim
     p4rt, thrift = f"127.0.0.1:{grpc_port}", f"127.0.0.1:{thrift_port}"
     switch = ["switch", "--p4runtime", p4rt, "--data", data, "--thrift", thrift]
     switch += ["--refuse-registers", "--needs-device-config", "--aggregators", str(AGGREGATORS)]
-    proc = subprocess.Popen([sys.executable, "-m", "api.cli", *switch])
+    proc = subprocess.Popen([sys.executable, "-m", "cli", *switch])
     try:
         wait_for(lambda: proc.poll() is not None or listening(grpc_port), "the switch")
         program = tmp_path / "inasched.json"
@@ -168,7 +168,7 @@ def test_demo_on_a_switch_that_answers_as_bmv2_ends_with_its_aggregators_reclaim
         demo += ["--aggregators", str(AGGREGATORS)]
         demo += ["--port", str(free_port(socket.SOCK_STREAM))]
         done = subprocess.run(
-            [sys.executable, "-m", "api.cli", *demo], capture_output=True, text=True, timeout=600
+            [sys.executable, "-m", "cli", *demo], capture_output=True, text=True, timeout=600
         )
         assert done.returncode == 0, done.stderr
         assert done.stdout.count(": finished, JCT") == 3, done.stdout

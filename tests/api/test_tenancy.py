@@ -22,12 +22,12 @@ from p4ctl.backend import InMemorySwitch
 from pydantic import SecretStr
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.app import create_app
-from api.cli import main
-from api.counters import OTHER_TENANTS
-from api.models import Job
+from api.coordinator.counters import OTHER_TENANTS
+from api.http.app import create_app
 from api.settings import Settings
-from api.store import create_tenant_token
+from api.store.crud import create_tenant_token
+from api.store.models import Job
+from cli.main import main
 from tests.api.conftest import LiveServer, decided, wait_for
 
 METRICS_TOKEN = "scrape-secret-0123456789"

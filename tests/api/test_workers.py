@@ -12,11 +12,11 @@ import pytest
 from p4ctl.backend import Endpoint, InMemorySwitch, JobInstall
 from p4ctl.protocol import Policy
 
-from api import scheduling
-from api.app import create_app
-from api.models import Job
+from api.coordinator import scheduling
+from api.http.app import create_app
 from api.settings import Settings
-from api.store import create_tenant_token
+from api.store.crud import create_tenant_token
+from api.store.models import Job
 from tests.api.conftest import Api, LiveServer, make_api, wait_for
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from api.db import open_database
-from api.models import Job
+from api.store.db import open_database
+from api.store.models import Job
 from bench.api import _busy, main
 from bench.api_rounds import fill_store, round_times
 from scheduler.memory import JobState

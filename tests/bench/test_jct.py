@@ -163,7 +163,7 @@ def test_a_run_is_posted_to_the_service_with_its_rows(run_dir: Path) -> None:
 
 def test_inasched_bench_jct_runs_the_benchmark(tmp_path: Path) -> None:
     # The README's spelling: `inasched bench jct ...`.
-    from api.cli import main as cli_main
+    from cli.main import main as cli_main
 
     out = tmp_path / "run"
     code = cli_main(

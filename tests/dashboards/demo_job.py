@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-CLI = [sys.executable, "-m", "api.cli"]
+CLI = [sys.executable, "-m", "cli"]
 
 
 @dataclass

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from p4ctl.backend import InMemorySwitch
 
-from api.app import create_app
+from api.http.app import create_app
 from api.settings import Settings
 from tests.dashboards.conftest import Console, serve
 

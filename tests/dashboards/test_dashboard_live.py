@@ -31,9 +31,9 @@ T = TypeVar("T")
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """``(url, tenant token)`` of a running service on the embedded software switch."""
-    from api.app import create_app
+    from api.http.app import create_app
     from api.settings import Settings
-    from api.store import create_tenant_token
+    from api.store.crud import create_tenant_token
 
     settings = Settings(
         data_dir=tmp_path_factory.mktemp("service"),

@@ -21,9 +21,9 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     """``(url, tenant token)`` of a running service on a soft switch that refuses registers."""
     from p4ctl.softswitch import SoftSwitch
 
-    from api.app import create_app
+    from api.http.app import create_app
     from api.settings import Settings
-    from api.store import create_tenant_token
+    from api.store.crud import create_tenant_token
 
     with SoftSwitch(aggregators=1024, lanes=64, serve_registers=False) as switch:
         settings = Settings(

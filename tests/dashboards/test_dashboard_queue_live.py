@@ -25,9 +25,9 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     aggregators on the in-memory switch."""
     from p4ctl.backend import InMemorySwitch
 
-    from api.app import create_app
+    from api.http.app import create_app
     from api.settings import Settings
-    from api.store import create_tenant_token
+    from api.store.crud import create_tenant_token
 
     settings = Settings(
         data_dir=tmp_path_factory.mktemp("service"),

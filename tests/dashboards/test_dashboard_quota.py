@@ -19,9 +19,9 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     """``(url, tenant token)`` of a service that admits one job per tenant at a time."""
     from p4ctl.backend import InMemorySwitch
 
-    from api.app import create_app
+    from api.http.app import create_app
     from api.settings import Settings
-    from api.store import create_tenant_token
+    from api.store.crud import create_tenant_token
 
     settings = Settings(
         data_dir=tmp_path_factory.mktemp("service"),

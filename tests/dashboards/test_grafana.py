@@ -13,7 +13,7 @@ import httpx
 import pytest
 from p4ctl.backend import InMemorySwitch
 
-from api.app import create_app
+from api.http.app import create_app
 from api.settings import Settings
 from tests.api.conftest import LiveServer
 

@@ -10,7 +10,7 @@ from scheduler.errors import IllegalTransition, MemoryConflict
 from scheduler.jobs import JobRecord, JobTable
 from scheduler.memory import JobState, MemoryMap, Partition, Pool
 from scheduler.registry import POLICIES, make_policy, policy_names, priority_names
-from scheduler.service import Scheduler
+from scheduler.scheduler import Scheduler
 from scheduler.snapshot import Queue
 
 from .conftest import spec

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 import scheduler
 from scheduler.errors import UnknownName
 from scheduler.memory import JobState, MemoryMap, Pool
-from scheduler.service import Scheduler
+from scheduler.scheduler import Scheduler
 from scheduler.snapshot import Admit, Queue, Reclaim, Reject, SetPriority
 
 from .conftest import view

@@ -115,7 +115,7 @@ def test_more_ps_processes_never_slow_atp_down(sim: object) -> None:
 
 def test_progress_mark_resets_the_aging_clock() -> None:
     from scheduler.jobs import JobTable
-    from scheduler.service import Scheduler
+    from scheduler.scheduler import Scheduler
 
     table = JobTable(Scheduler("esa", aging_s=1.0), window=8)
     recs = [table.add(spec(i, iterations=10 * (i + 1))) for i in range(2)]

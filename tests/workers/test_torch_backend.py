@@ -146,9 +146,9 @@ def run_ranks(url: str, job: dict[str, Any], out: Path) -> None:
 
 
 def test_inasched_backend_under_torchrun(tmp_path: Path) -> None:
-    from api.app import create_app
+    from api.http.app import create_app
     from api.settings import Settings
-    from api.store import create_tenant_token
+    from api.store.crud import create_tenant_token
     from tests.api.conftest import LiveServer
 
     settings = Settings(data_dir=tmp_path, aggregators=1024, port=0, heartbeat_timeout_s=60.0)

@@ -33,7 +33,7 @@ AGGREGATORS = 64
 def _cli(*argv: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "api.cli", *argv],
+            [sys.executable, "-m", "cli", *argv],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},

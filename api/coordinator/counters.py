@@ -1,0 +1,158 @@
+"""Switch reads onto service terms: the `/switch` view with service job ids, per-job figures
+relative to the switch job id's base, and the starvation time that feeds aging."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.schemas import SwitchCountersPublic, SwitchPublic
+from api.store.models import Job
+from scheduler.memory import Pool
+
+__all__ = [
+    "OTHER_TENANTS",
+    "TenantSwitchStream",
+    "owned_jobs",
+    "settle_counters",
+    "switch_view",
+    "tenant_switch_view",
+    "track_starvation",
+    "view_job_ids",
+]
+
+Counters = Mapping[int, Mapping[str, int]]
+# The job id a tenant's view gives to aggregators held by other tenants' jobs (service job ids
+# start at 1; -1 stays "a switch job id the service does not know").
+OTHER_TENANTS = 0
+
+
+def settle_counters(job: Job, raw: Mapping[str, int]) -> bool:
+    """Copy the job's switch counters onto its row; True when a figure changed.
+
+    Counters are per switch job id and ids are reused, so the values the id had when the job
+    got it (`Job.counter_base`) are subtracted.
+    """
+    base = job.counter_base or {}
+
+    def count(name: str) -> int:
+        return max(0, raw.get(name, 0) - int(base.get(name, 0)))
+
+    new = (count("job_preempted"), count("job_evicted"), count("job_bypassed"))
+    if new == (job.preemptions_caused, job.preemptions_suffered, job.bypassed):
+        return False
+    job.preemptions_caused, job.preemptions_suffered, job.bypassed = new
+    return True
+
+
+def track_starvation(
+    starved: dict[int, float],
+    now: Counters,
+    before: Counters,
+    owners: Mapping[int, int],
+    *,
+    elapsed_s: float,
+) -> None:
+    """Update ``starved[job id]``: a job whose fragments were bypassed or evicted between the
+    two reads starved for `elapsed_s` more; one that aggregated unhindered starts from zero."""
+    for sid, values in now.items():
+        job_id = owners.get(sid)
+        if job_id is None:
+            continue
+        old = before.get(sid, {})
+        grew = {name for name, v in values.items() if v > old.get(name, 0)}
+        if grew & {"job_bypassed", "job_evicted"}:
+            starved[job_id] = starved.get(job_id, 0.0) + elapsed_s
+        elif "job_aggregated" in grew:
+            starved.pop(job_id, None)
+
+
+def switch_view(
+    pool: Pool,
+    runs: Sequence[tuple[int, int, int, int]],
+    counters: Counters,
+    drops: Mapping[str, int],
+    owners: Mapping[int, int],
+    unavailable: str = "",
+) -> SwitchPublic:
+    """The `/switch` view with the service's job ids: runs ``[start, length, job_id, state]``
+    (-1 for aggregators of a switch job id the service does not know) and counters by job;
+    `unavailable` says why occupancy could not be read (`p4ctl.backend.Occupancy`)."""
+    return SwitchPublic(
+        aggregators=pool.aggregators,
+        lanes=pool.lanes,
+        runs=[(a, n, owners.get(j, -1), st) for a, n, j, st in runs],
+        counters=SwitchCountersPublic(
+            jobs={str(owners[sid]): dict(c) for sid, c in counters.items() if sid in owners},
+            drops=dict(drops),
+        ),
+        unavailable=unavailable,
+    )
+
+
+def view_job_ids(view: SwitchPublic) -> set[int]:
+    """The service job ids `view` names, in its runs and its counters."""
+    ids = {job_id for _, _, job_id, _ in view.runs if job_id > 0}
+    return ids | {int(k) for k in view.counters.jobs}
+
+
+def owned_jobs(session: Session, *, tenant_id: int, job_ids: Collection[int]) -> set[int]:
+    """Those of `job_ids` that are jobs of `tenant_id`."""
+    if not job_ids:
+        return set()
+    stmt = select(Job.id).where(Job.tenant_id == tenant_id, Job.id.in_(sorted(job_ids)))
+    return set(session.scalars(stmt))
+
+
+def tenant_switch_view(view: SwitchPublic, mine: Collection[int]) -> SwitchPublic:
+    """`view` as a tenant whose jobs are `mine` sees it: its own jobs' runs and counters as
+    they are; other tenants' aggregators as anonymous occupancy (job id `OTHER_TENANTS`, runs
+    of one state merged so that their boundaries do not count other tenants' jobs), and no
+    counters of theirs. Drop counters are the switch's and stay."""
+    runs: list[tuple[int, int, int, int]] = []
+    for start, length, job_id, state in view.runs:
+        if job_id > 0 and job_id not in mine:
+            job_id = OTHER_TENANTS
+            last = runs[-1] if runs else None
+            if last and last[2] == OTHER_TENANTS and last[3] == state and sum(last[:2]) == start:
+                runs[-1] = (last[0], last[1] + length, OTHER_TENANTS, state)
+                continue
+        runs.append((start, length, job_id, state))
+    jobs = {k: dict(v) for k, v in view.counters.jobs.items() if int(k) in mine}
+    return SwitchPublic(
+        aggregators=view.aggregators,
+        lanes=view.lanes,
+        runs=runs,
+        counters=SwitchCountersPublic(jobs=jobs, drops=dict(view.counters.drops)),
+        unavailable=view.unavailable,
+    )
+
+
+class TenantSwitchStream:
+    """The ``event: switch`` payloads of one tenant's event stream, as `tenant_switch_view`
+    shows them. A job never changes tenant, so whose each job is is asked of the store once per
+    stream: `unknown` is cheap and runs on the event loop, `learn` reads the store (run it on a
+    worker thread)."""
+
+    def __init__(self, sessions: sessionmaker[Session], *, tenant_id: int) -> None:
+        self.sessions = sessions
+        self.tenant_id = tenant_id
+        self.mine: set[int] = set()
+        self.theirs: set[int] = set()
+
+    def unknown(self, view: SwitchPublic) -> set[int]:
+        """Job ids of `view` whose tenant this stream has not looked up yet."""
+        return view_job_ids(view) - self.mine - self.theirs
+
+    def learn(self, job_ids: Collection[int]) -> None:
+        with self.sessions() as session:
+            mine = owned_jobs(session, tenant_id=self.tenant_id, job_ids=job_ids)
+        self.mine |= mine
+        self.theirs |= set(job_ids) - mine
+
+    def payload(self, view: SwitchPublic) -> dict[str, Any]:
+        """The tenant's view of `view`, as the stream's JSON (after `learn` of its unknowns)."""
+        return tenant_switch_view(view, self.mine).model_dump(mode="json")

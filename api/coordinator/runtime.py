@@ -1,0 +1,385 @@
+"""`Service`: the running parts behind one app (job store, switch backend, PS, scheduler loop).
+
+`open_service` opens the job store (migrated); `Service.start` takes the store's lock and leads:
+it connects the switch as the settings say (embedded soft switch, the in-memory backend, or a
+P4Runtime target by address) as P4Runtime primary with its term's election id, starts or
+locates the PS, re-syncs the switch and starts the scheduling loop; `Service.stop` undoes all of
+it in reverse order.
+
+With ``standby`` set, a service that finds the lock held does not fail: it serves reads from a
+coordinator that never schedules, on the switch as a P4Runtime backup (a reader), while its
+`api.coordinator.leader.Campaign` waits for the lock, and then leads as above. A leader that loses
+the lock
+steps down to that standby view.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from p4ctl.backend import Endpoint, InMemorySwitch, SwitchBackend
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.coordinator.events import EventBus
+from api.coordinator.leader import Campaign, Lease, election_id, take_lease
+from api.coordinator.quotas import QuotaDefaults
+from api.coordinator.scheduling import Coordinator
+from api.coordinator.submissions import Submissions
+from api.coordinator.topology import PolicyConfig, PsRegistry, Topology
+from api.settings import Settings, parse_hostport
+from api.store.crud import get_state, put_state
+from api.store.db import open_database
+from api.store.lock import StoreInUse, StoreLock, lock_store, running_instance
+from api.store.models import Job
+
+__all__ = ["Service", "connect_switch", "open_service"]
+
+log = logging.getLogger(__name__)
+DATA_PORT_KEY = "embedded_switch_data"
+# RFC 863 discard: where the in-memory backend "sends" (nothing is ever sent there).
+DISCARD = Endpoint("127.0.0.1", 9)
+
+
+@dataclass
+class Service:
+    settings: Settings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    events: EventBus = field(default_factory=EventBus)
+    backend: SwitchBackend | None = None
+    coordinator_: Coordinator | None = None
+    store_lock: StoreLock | None = None
+    # Set while this service leads: the term it holds.
+    lease: Lease | None = None
+    campaign: Campaign | None = None
+    closers: list[Callable[[], None]] = field(default_factory=list)
+    # What the current term (leading, or the standby's read-only view) started, newest last.
+    term: list[Callable[[], None]] = field(default_factory=list)
+    given_backend: SwitchBackend | None = None
+    # Job submissions' writer (group commit), from `start` to `stop`.
+    submissions: Submissions | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.coordinator_ is not None
+
+    @property
+    def leading(self) -> bool:
+        return self.lease is not None
+
+    @property
+    def coordinator(self) -> Coordinator:
+        if self.coordinator_ is None:
+            raise RuntimeError("the service is not started")
+        return self.coordinator_
+
+    def start(self, backend: SwitchBackend | None = None) -> None:
+        """Lock the store and lead (`lead`), with `backend` instead of the settings' switch
+        when given; raises `StoreInUse` while another service holds the store, unless the
+        settings say ``standby``: then serve reads and take over when the lock frees."""
+        self.given_backend = backend
+        owner = _owner(self.settings)
+        self.submissions = Submissions(self.sessions, on_stored=self._stored)
+        try:
+            try:
+                held: StoreLock | None = lock_store(
+                    self.settings.resolved_database_url, owner=owner
+                )
+            except StoreInUse:
+                if not self.settings.standby:
+                    raise
+                held = None
+            if held is None:
+                self._stand_by()
+                log.info("standing by: another service leads this store")
+            else:
+                self.lead(held)
+            self.campaign = Campaign(
+                acquire=lambda: lock_store(self.settings.resolved_database_url, owner=owner),
+                lead=self.lead,
+                step_down=self._step_down,
+                poll_s=self.settings.standby_poll_s,
+                healthy=self._primary,
+            )
+            self.campaign.start(held)
+        except BaseException:
+            self.stop()
+            raise
+
+    def lead(self, lock: StoreLock) -> None:
+        """Start a term with `lock` held: a new epoch, the switch as primary with its election
+        id, the PS, and the scheduling loop (which re-syncs the switch from the store)."""
+        # The standby's view serves reads until the new term is ready, then goes; it stops
+        # following the store's commits first, which the new term's coordinator must see.
+        if self.coordinator_ is not None and not self.leading:
+            self.coordinator_.stop(record=False)
+        view, self.term = self.term, [lock.release]
+        self.store_lock = lock
+        try:
+            lease = take_lease(self.sessions, holder=_owner(self.settings))
+            election = election_id(lease.epoch)
+            if self.given_backend is None:
+                backend, switch_data = self._connect_switch(election)
+            else:
+                backend = self.given_backend
+                switch_data = _endpoint(self.settings.switch_data) or DISCARD
+            ps, registry = start_ps(self.settings, switch_data, self.term)
+            coordinator = _coordinator(
+                self, backend, Topology(switch_data=switch_data, ps=ps), registry
+            )
+            coordinator.start()
+            self.term.append(coordinator.stop)
+        except BaseException:
+            self._end_term()
+            self.term = view
+            raise
+        self.backend, self.coordinator_, self.lease = backend, coordinator, lease
+        for closer in reversed(view):
+            closer()
+        log.info("leading the store: epoch %d, P4Runtime election id %s", lease.epoch, election)
+
+    def _stored(self, jobs: Sequence[Job]) -> None:
+        """New jobs are in the store: a decision round for them, and their events."""
+        coordinator = self.coordinator_
+        if coordinator is not None and self.leading:
+            coordinator.active.written(job.id for job in jobs)
+            coordinator.reschedule(wait=False)
+            coordinator.publish_jobs(jobs)
+
+    def _stand_by(self) -> None:
+        """The read-only view of a standby: a coordinator that never starts, on the switch as
+        a P4Runtime backup (reads only), or on an empty in-memory pool when the switch is
+        embedded in the leader (or is away)."""
+        settings = self.settings
+        backend: SwitchBackend = InMemorySwitch(settings.aggregators, settings.lanes)
+        if settings.switch not in ("embedded", "memory") and self.given_backend is None:
+            from p4ctl.client import SwitchClient
+            from p4ctl.errors import SwitchError
+
+            try:
+                reader = SwitchClient(
+                    settings.switch,
+                    device_id=settings.switch_device_id,
+                    election_id=None,
+                    register_thrift=settings.switch_thrift,
+                )
+            except SwitchError as exc:
+                log.warning("standing by without a view of the switch: %s", exc)
+            else:
+                self.term.append(reader.close)
+                backend = reader
+        topology = Topology(
+            switch_data=_endpoint(settings.switch_data) or DISCARD,
+            ps=_endpoint(settings.ps) or DISCARD,
+        )
+        view = _coordinator(self, backend, topology, None)
+        # Never started, so never recorded as stopped; its stop ends what it follows.
+        self.term.append(lambda: view.stop(record=False))
+        self.backend, self.coordinator_ = backend, view
+
+    def _primary(self) -> bool:
+        """Whether the leader's switch session still makes it primary (a backend that is no
+        P4Runtime client always does)."""
+        from p4ctl.errors import SwitchError
+
+        try:
+            return not self.leading or bool(getattr(self.backend, "is_primary", True))
+        except SwitchError:
+            return False  # the client is closed
+
+    def _step_down(self) -> None:
+        """End a term whose lock was lost, without recording a clean stop (another service
+        may lead already), and stand by."""
+        self.lease = None
+        coordinator = self.coordinator_
+        if coordinator is not None and self.term and self.term[-1] == coordinator.stop:
+            self.term[-1] = lambda: coordinator.stop(record=False)
+        self._end_term()
+        self._stand_by()
+
+    def _end_term(self) -> None:
+        while self.term:
+            closer = self.term.pop()
+            try:
+                closer()
+            except Exception:
+                log.exception("error while stopping %r", closer)
+
+    def _connect_switch(self, election: tuple[int, int]) -> tuple[SwitchBackend, Endpoint]:
+        """`connect_switch`, with the embedded switch's data plane on the port it had before
+        (kept in the store), so the workers of running jobs can still reach it."""
+        settings = self.settings
+        if settings.switch != "embedded":
+            return connect_switch(settings, self.term, election)
+        with self.sessions() as s:
+            kept = (get_state(s, key=DATA_PORT_KEY) or {}).get("port")
+        if settings.switch_data_port == 0 and isinstance(kept, int):
+            try:
+                pinned = settings.model_copy(update={"switch_data_port": kept})
+                backend, switch_data = connect_switch(pinned, self.term, election)
+            except OSError as exc:
+                log.warning(
+                    "the switch's data port %d is taken (%s): the workers of running jobs "
+                    "cannot reach the switch on a new one",
+                    kept,
+                    exc,
+                )
+                backend, switch_data = connect_switch(settings, self.term, election)
+        else:
+            try:
+                backend, switch_data = connect_switch(settings, self.term, election)
+            except OSError as exc:
+                raise OSError(
+                    f"the embedded switch cannot bind its data port "
+                    f"{settings.switch_data_port}: {exc}; INASCHED_SWITCH_DATA_PORT picks "
+                    "another (0: any free one)"
+                ) from exc
+        with self.sessions() as s:
+            put_state(s, key=DATA_PORT_KEY, value={"port": switch_data.port})
+            s.commit()
+        return backend, switch_data
+
+    def stop(self) -> None:
+        """Stop everything started, newest first; safe to call twice."""
+        if self.submissions is not None:
+            self.submissions.close()
+        if self.campaign is not None:
+            self.campaign.stop()
+        self.events.close()
+        self.coordinator_ = None
+        self.lease = None
+        self._end_term()
+        while self.closers:
+            closer = self.closers.pop()
+            try:
+                closer()
+            except Exception:
+                log.exception("error while stopping %r", closer)
+        self.engine.dispose()
+
+
+def open_service(settings: Settings) -> Service:
+    """The job store of `settings`, opened and migrated; raises `DatabaseUnavailable`, or
+    `StoreInUse` (before touching the store) while another service holds it."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if not settings.standby:
+        lock_store(settings.resolved_database_url, owner=_owner(settings)).release()
+    # The request threads, plus the decide, tick and releaser threads and a spare.
+    pool = settings.threads + 4
+    engine, sessions = open_database(settings.resolved_database_url, pool_size=pool)
+    return Service(settings=settings, engine=engine, sessions=sessions)
+
+
+def _owner(settings: Settings) -> str:
+    return running_instance(f"http://{settings.host}:{settings.port}")
+
+
+def _coordinator(
+    service: Service, backend: SwitchBackend, topology: Topology, registry: PsRegistry | None
+) -> Coordinator:
+    s = service.settings
+    return Coordinator(
+        sessions=service.sessions,
+        backend=backend,
+        topology=topology,
+        events=service.events,
+        policy=PolicyConfig(s.policy, s.priority, s.priority_levels, s.aging_s),
+        seed=s.seed,
+        tick_s=s.tick_s,
+        heartbeat_interval_s=s.heartbeat_interval_s,
+        heartbeat_timeout_s=s.heartbeat_timeout_s,
+        ps_registry=registry,
+        quota=QuotaDefaults(s.tenant_max_jobs, s.tenant_aggregator_share),
+        join_timeout_s=s.join_timeout_s,
+        verify_progress=topology.switch_data != DISCARD,
+    )
+
+
+def _endpoint(text: str | None) -> Endpoint | None:
+    return Endpoint(*parse_hostport(text)) if text else None
+
+
+def connect_switch(
+    settings: Settings,
+    closers: list[Callable[[], None]],
+    election: tuple[int, int] = election_id(1),
+) -> tuple[SwitchBackend, Endpoint]:
+    """``(backend, switch data-plane endpoint)`` as `settings` say, a P4Runtime switch with
+    `election` as this controller's election id; cleanups go to `closers`."""
+    if settings.switch == "memory":
+        backend: SwitchBackend = InMemorySwitch(settings.aggregators, settings.lanes)
+        return backend, _endpoint(settings.switch_data) or DISCARD
+    from p4ctl.client import SwitchClient
+
+    if settings.switch == "embedded":
+        from p4ctl.softswitch import SoftSwitch
+
+        switch = SoftSwitch(
+            aggregators=settings.aggregators,
+            lanes=settings.lanes,
+            data=("127.0.0.1", settings.switch_data_port),
+        ).start()
+        closers.append(switch.stop)
+        # Read and written over P4Runtime like any other target: on the upb protobuf runtime a
+        # full read of occupancy and counters of 20,480 aggregators takes 0.13-0.26 s here
+        # (python -m bench.p4rt_read), against 4-7 s on pure-Python protobuf.
+        client = SwitchClient(
+            switch.p4runtime_address,
+            election_id=election,
+            aggregators=settings.aggregators,
+            lanes=settings.lanes,
+        )
+        closers.append(client.close)
+        return client, Endpoint(*switch.data_address)
+    if settings.switch_data is None:
+        raise ValueError(
+            f"the switch at {settings.switch} needs its UDP data address: "
+            "set INASCHED_SWITCH_DATA=HOST:PORT (or --switch-data)"
+        )
+    # A switch that already runs our pipeline keeps its sizing (the client reads it); one with
+    # no pipeline yet gets the sizing given in the settings, or the P4Info defaults.
+    given = settings.model_fields_set
+    program = settings.p4_config.read_bytes() if settings.p4_config is not None else b""
+    client = SwitchClient(
+        settings.switch,
+        device_id=settings.switch_device_id,
+        election_id=election,
+        aggregators=settings.aggregators if "aggregators" in given else None,
+        lanes=settings.lanes if "lanes" in given else None,
+        device_config=program,
+        register_thrift=settings.switch_thrift,
+    )
+    closers.append(client.close)
+    # A target that refuses register access (PI) without --switch-thrift still schedules: jobs,
+    # priorities and workers are table entries. The client has logged what is lost
+    # (`registers_unavailable`): the dashboard's occupancy stays empty and nothing is reclaimed.
+    return client, Endpoint(*parse_hostport(settings.switch_data))
+
+
+def start_ps(
+    settings: Settings, switch_data: Endpoint, closers: list[Callable[[], None]]
+) -> tuple[Endpoint, PsRegistry | None]:
+    """``(PS endpoint, registry)``: a configured PS, which the scheduler registers jobs with
+    over its control channel (``workers.ps_control``), or a PS started in this process."""
+    configured = _endpoint(settings.ps)
+    if configured is not None:
+        if settings.ps_control is None or settings.ps_secret is None:
+            raise ValueError(
+                f"the PS at {settings.ps} serves only jobs the service registers: set "
+                "INASCHED_PS_CONTROL=HOST:PORT (its --control-port) and INASCHED_PS_SECRET "
+                "(the secret it was started with)"
+            )
+        from workers.ps_control import RemotePs, load_secret
+
+        control = parse_hostport(settings.ps_control)
+        return configured, RemotePs(control, load_secret(settings.ps_secret.get_secret_value()))
+    if switch_data == DISCARD:
+        return DISCARD, None  # no data plane, so nothing will ever reach a PS
+    from workers.ps import ParameterServer
+
+    ps = ParameterServer("127.0.0.1", 0).start()
+    closers.append(ps.stop)
+    return Endpoint(*ps.address), ps

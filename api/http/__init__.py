@@ -1,0 +1,1 @@
+"""The HTTP face of the service: the FastAPI app, its routes, dependencies and docs."""

@@ -1,0 +1,206 @@
+"""Prometheus text exposition of the service: jobs, JCT, switch occupancy and counters, and
+the counters of the embedded parameter server.
+
+Written by hand (format 0.0.4) rather than with a client library: every value is read from the
+job store, the scheduler's last switch read or the PS at scrape time, so there is no registry to
+keep. Every family is always declared (``# HELP``/``# TYPE``), with or without samples, so that
+a dashboard built on these names (dashboards/grafana/) can be checked against them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from api.coordinator.scheduling import ACTIVE, TERMINAL, Coordinator
+from api.store.models import Job, Tenant
+from workers.ps import PsCounters
+
+__all__ = ["JCT_BUCKETS_S", "PsCounterSource", "render_metrics"]
+
+# From a few seconds (a demo job on loopback) to a day (a long Philly job).
+JCT_BUCKETS_S = (1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
+
+
+@runtime_checkable
+class PsCounterSource(Protocol):
+    """A PS whose counters this process can read: the embedded `workers.ps.ParameterServer`.
+    An external PS (``INASCHED_PS``) runs in another process and is not scraped here."""
+
+    def counters(self) -> PsCounters: ...
+
+
+def _family(name: str, kind: str, help_text: str, samples: Iterable[str]) -> list[str]:
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples]
+
+
+def _labels(**labels: str | float) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return "{" + inner + "}" if inner else ""
+
+
+def render_metrics(session: Session, coord: Coordinator, *, tenants: bool = False) -> str:
+    """The whole exposition as text, ending in a newline. Per-tenant series
+    (``inasched_tenant_jobs``) only with `tenants`: for a scraper holding the metrics token."""
+    lines: list[str] = []
+    by_state: dict[str, int] = {
+        state: count
+        for state, count in session.execute(select(Job.state, func.count()).group_by(Job.state))
+    }
+    lines += _family(
+        "inasched_jobs",
+        "gauge",
+        "Jobs by state.",
+        (f"inasched_jobs{_labels(state=s)} {by_state.get(s, 0)}" for s in ACTIVE + TERMINAL),
+    )
+    if tenants:
+        lines += _tenant_jobs(session)
+    lines += _jct(session)
+    runs = coord.occupancy_runs
+    used: dict[int, int] = {}
+    for _, length, _, state in runs:
+        used[state] = used.get(state, 0) + length
+    names = {1: "partial", 2: "complete", 3: "flushed"}
+    lines += _family(
+        "inasched_switch_aggregators",
+        "gauge",
+        "Aggregators of the switch pool.",
+        [f"inasched_switch_aggregators {coord.pool.aggregators}"],
+    )
+    lines += _family(
+        "inasched_switch_aggregators_used",
+        "gauge",
+        "Aggregators not free, by state, at the last switch read.",
+        (
+            f"inasched_switch_aggregators_used{_labels(state=n)} {used.get(s, 0)}"
+            for s, n in names.items()
+        ),
+    )
+    totals: dict[str, int] = {}
+    for counters in coord.counters.values():
+        for name, value in counters.items():
+            totals[name] = totals.get(name, 0) + value
+    for metric, counter, help_text in (
+        ("inasched_switch_preemptions_total", "job_preempted", "Partial sums preempted (esa)."),
+        ("inasched_switch_bypasses_total", "job_bypassed", "Fragments sent on to the PS."),
+        ("inasched_switch_aggregated_total", "job_aggregated", "Fragments aggregated."),
+        ("inasched_switch_resent_total", "job_resent", "Retransmissions seen."),
+    ):
+        lines += _family(metric, "counter", help_text, [f"{metric} {totals.get(counter, 0)}"])
+    lines += _family(
+        "inasched_switch_drops_total",
+        "counter",
+        "Packets dropped by the switch, by reason.",
+        (
+            f"inasched_switch_drops_total{_labels(reason=r)} {n}"
+            for r, n in sorted(coord.drops.items())
+        ),
+    )
+    unsupported = coord.progress.unsupported_total if coord.progress is not None else 0
+    lines += _family(
+        "inasched_unsupported_progress_total",
+        "counter",
+        "Progress reports the switch's per-job counters did not support (capped for priority).",
+        [f"inasched_unsupported_progress_total {unsupported}"],
+    )
+    source = coord.ps_registry
+    lines += _ps(source.counters() if isinstance(source, PsCounterSource) else None)
+    return "\n".join(lines) + "\n"
+
+
+def _ps(counters: PsCounters | None) -> list[str]:
+    """The PS's families; declared without samples when there is no PS in this process."""
+    if counters is None:
+        received: list[str] = []
+        outcomes: list[str] = []
+        drops: list[str] = []
+        jobs: list[str] = []
+    else:
+        received = [f"inasched_ps_received_total {counters.received}"]
+        outcomes = [
+            f"inasched_ps_outcomes_total{_labels(outcome=o)} {n}"
+            for o, n in sorted(counters.outcomes.items())
+        ]
+        drops = [
+            f"inasched_ps_drops_total{_labels(reason=r)} {n}"
+            for r, n in sorted(counters.drops.items())
+        ]
+        jobs = [f"inasched_ps_jobs {len(counters.jobs)}"]
+    return [
+        *_family(
+            "inasched_ps_received_total",
+            "counter",
+            "Datagrams received by the embedded parameter server.",
+            received,
+        ),
+        *_family(
+            "inasched_ps_outcomes_total",
+            "counter",
+            "Fragments the embedded PS handled, by outcome (added, completed, stored, "
+            "answered, duplicate).",
+            outcomes,
+        ),
+        *_family(
+            "inasched_ps_drops_total",
+            "counter",
+            "Datagrams the embedded PS dropped, by reason.",
+            drops,
+        ),
+        *_family(
+            "inasched_ps_jobs",
+            "gauge",
+            "Jobs with partial sums or results held by the embedded PS.",
+            jobs,
+        ),
+    ]
+
+
+def _jct(session: Session) -> list[str]:
+    rows = session.execute(
+        select(Job.policy, Job.jct_s).where(Job.state == "finished", Job.jct_s.is_not(None))
+    )
+    per_policy: dict[str, list[float]] = {}
+    for policy, jct in rows:
+        per_policy.setdefault(policy or "none", []).append(float(jct or 0.0))
+    samples: list[str] = []
+    for policy, values in sorted(per_policy.items()):
+        for bound in JCT_BUCKETS_S:
+            n = sum(1 for v in values if v <= bound)
+            samples.append(f"inasched_jct_seconds_bucket{_labels(policy=policy, le=bound)} {n}")
+        samples.append(
+            f"inasched_jct_seconds_bucket{_labels(policy=policy, le='+Inf')} {len(values)}"
+        )
+        samples.append(f"inasched_jct_seconds_sum{_labels(policy=policy)} {sum(values):.6f}")
+        samples.append(f"inasched_jct_seconds_count{_labels(policy=policy)} {len(values)}")
+    return _family(
+        "inasched_jct_seconds", "histogram", "Job completion time, submit to finish.", samples
+    )
+
+
+def _tenant_jobs(session: Session) -> list[str]:
+    """Active jobs by tenant and state (tenants with none have no sample)."""
+    rows = session.execute(
+        select(Tenant.name, Job.state, func.count())
+        .join(Job, Job.tenant_id == Tenant.id)
+        .where(Job.state.in_(ACTIVE))
+        .group_by(Tenant.name, Job.state)
+        .order_by(Tenant.name, Job.state)
+    )
+    return _family(
+        "inasched_tenant_jobs",
+        "gauge",
+        "Active jobs by tenant and state (only for the metrics token).",
+        (
+            f"inasched_tenant_jobs{_labels(tenant=_escaped(t), state=str(s))} {n}"
+            for t, s, n in rows
+        ),
+    )
+
+
+def _escaped(value: str) -> str:
+    """A label value in the exposition format's escaping (names stored before names were
+    checked may hold any character)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

@@ -1,0 +1,1 @@
+"""``inasched``: the project's command line (service, switch, PS, workers, jobs, benchmarks)."""

@@ -1,0 +1,5 @@
+"""``python -m cli``: the ``inasched`` command."""
+
+from cli.main import main
+
+raise SystemExit(main())
