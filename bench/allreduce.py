@@ -1,50 +1,18 @@
-"""Allreduce goodput: inasched on both data paths vs torch.distributed gloo, same run.
+"""Allreduce goodput: inasched through the soft switch vs torch.distributed gloo, same run.
 
     python -m bench.allreduce [--json FILE] [--quick] [--full] [--policies esa,static]
                               [--datapaths engine,python] [--sizes 4,64] [--workers 2,4]
                               [--lanes 256] [--reps 3]
 
 For 4 MB and 64 MB float32 tensors, 2 and 4 workers, and each policy: inasched through an
-in-process soft switch with a PS in a process beside it, once per data path (``engine``, the
-compiled path, and ``python``: the switch's ``datapath`` and ``INASCHED_DATAPATH`` in the PS
-and worker processes), and gloo over loopback TCP (once per size and worker count: it has no
-policy). Every worker is a process. Goodput is tensor MB / seconds per allreduce, per worker
-(the slowest worker's time, the median over repetitions). Every result of every repetition
-is checked against ``workers.quant.error_bound`` (exact float64 sum of all workers' inputs)
-and for being the same on every worker; a case outside the bound is flagged and the command
-exits with status 1.
-
-The Python data path moves 3-9 MB/s (a 64 MB allreduce takes 7-21 s there), so it runs one
-repetition per case unless ``--full``; the output says so. The default run took 4 minutes.
-``--quick``: the first size and worker count only (4 MB, 2 workers), one repetition;
-``--sizes`` and ``--workers`` choose others.
-
-``--json`` writes ``{"cases": [...], "cpus", "notes"}``, one case per (size, workers,
-policy, data path): ``size_mb``, ``workers``, ``policy``, ``datapath``, ``client_datapath``
-(what the workers' clients ran), ``lanes``, ``window``, ``reps``,
-``inasched_s``, ``gloo_s``, ``inasched_MBps``, ``gloo_MBps``, ``ratio`` (inasched / gloo),
-``inasched_runs_s`` (every repetition), ``within_bound``, ``worst_error`` (largest
-``|error| / bound`` over the tensor) and ``identical`` (every worker saw the same sum).
-
-Figures, 2026-12-04 19:12-19:19 UTC, ``python -m bench.allreduce`` (6 min 45 s) on the 2-core
-VM while other engineers' tests ran (load average 6.0-9.1), window 64, MB/s per worker, engine
-at k=256 / k=1,024:
-
-    size  workers  esa engine      static engine     gloo
-    4 MB     2     47.3 / 76.7     38.8 / 58.3       790
-    4 MB     4     26.2 / 35.0     36.1 / 59.0       258
-    64 MB    2     51.4 / 130.9    56.8 / 141.4      809
-    64 MB    4     26.3 / 84.1     37.5 / 73.2       235
-
-0.05-0.36x gloo; the engine 1.5-6.6x the Python path; every result within the bound and the
-same on every worker. Where the time goes at k=1,024 (64 MB, 2 workers, esa; ``py-spy`` per
-thread): the switch thread is in ``recvmmsg``/``sendmmsg`` 89% of its samples (its C pass
-5%); the PS mostly idle; a worker's I/O thread waits in ``select`` 54% and dequantizes 24%
-(first-touch faults on the fresh result array). The same day at k=256 before the compiled
-codec: 33-66 MB/s, with the PS thread at ~70% of a core under esa.
-
-Before: esa on the one (Python) data path, 2.3-5.3 MB/s per worker against 195-602 MB/s for
-gloo, 0.9-1.2% of gloo.
+in-process soft switch with a PS in a process beside it, and gloo over loopback TCP. Every
+worker is a process. Goodput is tensor MB / seconds per allreduce, per worker (the slowest
+worker's time, the median over repetitions). Every result is checked against
+``workers.quant.error_bound`` and for being the same on every worker; a case outside the bound
+is flagged and the command exits with status 1. ``--quick``: 4 MB, 2 workers, one repetition.
+``--json`` writes ``{"cases": [...], "cpus", "notes"}``, one case per (size, workers, policy,
+data path) with the timings, ratio to gloo, ``within_bound``, ``worst_error`` and
+``identical``. Figures: ``docs/performance.md``.
 """
 
 from __future__ import annotations
@@ -76,8 +44,8 @@ log = logging.getLogger(__name__)
 
 MB = 1_000_000
 POOL = 4096
-# Fragments in flight per worker, as in the figures before the compiled data path (a scratch
-# run on 2026-12-04, 64 MB, 2 workers: 256-1,024 moved ~1.2-1.5x more, within the noise).
+# Fragments in flight per worker: larger windows (256-1,024) moved little more, within the
+# run-to-run noise.
 WINDOW = 64
 SIZES_MB = (4, 64)
 WORKERS = (2, 4)

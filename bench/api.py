@@ -6,29 +6,13 @@ PostgreSQL in one run; and the decision round's time against the number of activ
                         [--rate 500] [--policy atp] [--round-sizes 100,1000,5000]
                         [--postgres-url URL] [--busy-cores N] [--json FILE]
 
-Each measurement gets a fresh service process (``inasched up --switch memory``: the in-memory
-switch backend, whose tables are plain dicts (``INASCHED_DATAPATH=python``: there is no data
-plane to serve), so the figure is the service's own cost: HTTP, validation, the job store and
-the decision rounds), on a fresh SQLite file or a fresh PostgreSQL schema. The clients run in
-this process on one asyncio loop, each on its own keep-alive connection (`_Connection`).
-For the backlog case the store is filled before the service starts, through the store's own
-code (`bench.api_rounds.fill_store`), with jobs of a ``backlog`` tenant: the service's first
-round admits what the switch's 1,024 job ids hold and queues the rest, and the clients start
-once it has. The round times come from `bench.api_rounds`. PostgreSQL is measured when
-``--postgres-url`` or ``INASCHED_TEST_POSTGRES_URL`` names a reachable server.
-
-Three measurements per store: the clients as fast as they are answered (the most the service
-takes), the clients paced to ``--rate`` submissions/s between them (the latency at that load,
-counted from when each job was due), and as fast as answered again over the backlog.
-
-Targets: the service takes at least 500 submissions/s from 50 clients, and at 500/s offered by
-them answers 99% within 50 ms, on the empty store; it takes at least 200 submissions/s with
-the backlog. Each row prints its ratio to its target (>= 1 meets it).
-
-The figures depend on what else the machine runs: the run prints the cores and the load average
-before it (the JSON holds them under ``machine``). ``--busy-cores N`` keeps N cores busy with
-spinning processes for the whole run, the way a shared machine is when other work runs on it,
-to see how the service holds up.
+Each measurement gets a fresh service process (``inasched up --switch memory``: no data plane,
+so the figure is the service's own cost) on a fresh SQLite file or PostgreSQL schema. The
+clients run in this process on one asyncio loop, each on its own keep-alive connection. Three
+measurements per store: as fast as answered, paced to ``--rate`` (latency counted from when
+each job was due), and as fast as answered over the backlog, each with its ratio to its target
+(500/s; p99 50 ms at 500/s; 200/s with the backlog). The run prints the cores and load
+average before it; ``--busy-cores N`` keeps N cores busy throughout (``docs/performance.md``).
 """
 
 from __future__ import annotations

@@ -1,69 +1,18 @@
-"""Data-plane throughput of the soft switch, both data paths, against two UDP echo servers.
+"""Data-plane throughput of the soft switch against UDP echo servers on the same loopback.
 
     python -m bench.dataplane [--quick] [--repeats 3] [--json FILE] [--profile]
                               [--lanes 64,256] [--senders 2,4,8]
 
-For k in (64, 256) and 2, 4, 8 sending processes on loopback, four peers in one run:
-
-- the soft switch on the compiled data path (``datapath="engine"``: bursts in with
-  ``recvmmsg`` and UDP GRO, the C packet pass, bursts out with ``sendmmsg`` and UDP GSO);
-- the soft switch on the Python data path (``recvfrom``, `Pipeline.handle`, ``sendto``);
-- a compiled GSO/GRO echo: `p4ctl.engine.Burst` receives a burst and sends every datagram
-  back to its source, the engine switch's I/O without the packet pass (the loopback's limit
-  for a burst server);
-- a Python echo: one ``recvfrom``/``sendto`` per datagram (the Python switch's I/O).
-
-The workload is SwitchML's flow: one static job of fan-in n, a window of W fragments per
-sender in slot ``seq mod W`` of a partition of W slots x 2 copies, each slot's result
-multicast back to the n senders, so every fragment in gets on average one datagram out, as
-with an echo. Senders must not be the bottleneck: each keeps W fragments outstanding, sends
-with GSO (`Burst.send`) and receives with GRO (`Burst.recv`), and sends one new fragment per
-result (a few numpy calls per burst, no Python work per datagram). A figure is all senders'
-fragments over the wall time from the first sender's start to the last one's end; MB/s counts
-gradient payload (4 bytes per lane). Beside it, the server process's CPU microseconds per
-fragment over the run (``us/fr``; ``/proc``, 10 ms ticks): on the 2-core machine the senders
-take a core too, so ``1e6 / us/fr`` is what the server would carry on one core of its own.
-Every case runs `--repeats` times, the four peers interleaved, and the table shows the median
-and the min-max spread. The Python peers run fewer fragments and a smaller window (`LOADS`)
-so that the full run stays within ~5 minutes.
-
-Also the packet pass alone on one core, no sockets: `Pipeline.handle_burst` (engine) over
-pre-built bursts of 1,024 rows, and `Pipeline.handle` (Python) per datagram; ``--profile``
-prints the cProfile of the Python one.
-
-``--json`` writes ``{"records": [...], "pipeline_fps": [...]}``: one record per (k, senders,
-data path) with ``lanes``, ``senders``, ``datapath`` ("engine": the engine switch and the
-compiled echo; "python": the Python switch and the Python echo), ``agg_fps`` and ``echo_fps``
-(medians), ``agg_runs`` and ``echo_runs`` (every repetition), ``agg_mbps``, ``echo_mbps``,
-``ratio`` (echo_fps / agg_fps), ``agg_cpu_us`` and ``echo_cpu_us`` (server CPU per fragment,
-median), ``fragments`` (per run, all senders) and ``window`` (per sender); and one
-``{"lanes", "datapath", "fps"}`` per pass-alone figure.
-
-Figures, 2026-12-04, ``python -m bench.dataplane`` on the 2-core VM while other engineers'
-tests ran (load average 3.4-3.8), medians of 3 [min-max]:
-
-- k=256: engine switch 386,000-510,000 fragments/s through sockets over 2-8 senders [364,000-
-  697,000], 395-523 MB/s of gradient, at 1.45-1.63 us of switch CPU per fragment (610,000-
-  690,000 per core of its own); compiled GSO/GRO echo 563,000-872,000 (0.68-0.70 us), echo /
-  switch 1.10-2.26; Python switch 11,500-18,900, Python echo 40,000-66,000; engine / Python
-  switch 23-44x. An earlier full run at load 2.4-4.2: engine 264,000-385,000, echo / switch
-  1.36-2.64.
-- k=64: engine switch 572,000-684,000 (0.78-1.00 us per fragment), echo 1.25-1.83 million,
-  echo / switch 2.2-2.7; Python switch 14,000-18,000; engine / Python 36-48x.
-- The pass alone, one core: engine 6.1 million fragments/s (k=64) and 2.7 million (k=256),
-  Python 58,000 and 51,000.
-
-The senders share the two cores with the switch, so the through-socket figure moves with the
-machine's load by +-30% between runs; the switch's CPU per fragment moves much less. Where
-the switch thread's CPU goes (``perf`` samples, k=256, 4 senders): kernel copies into and out
-of socket buffers ~27%, ``memmove`` of rows (GRO scratch to burst rows, the pass's output
-rows) ~10%, the C pass ~16%, the Python around it ~20% (the interpreter running
-`handle_burst`'s generator and `send_order`'s numpy calls, and ~6% in the cyclic garbage
-collector), the rest in the kernel's UDP path.
-
-Before the compiled data path (Python switch, per-datagram Python senders, window 16): 14,600-
-19,200 fragments/s through sockets, a Python echo 18,000-36,000; `Pipeline.handle` alone
-70,000 (k=64) and 109,000 (k=256).
+For k in (64, 256) and 2, 4, 8 sending processes, the soft switch (bursts in with
+``recvmmsg`` and UDP GRO, the packet pass, bursts out with ``sendmmsg`` and UDP GSO) against
+an echo with the same I/O and no packet pass (the loopback's limit for a burst server). The
+workload is SwitchML's flow: one static job of fan-in n, each sender keeping W fragments
+outstanding, one result multicast per slot, so every fragment in gets one datagram out on
+average, as with an echo. A figure is all senders' fragments over the wall time; beside it the
+server's CPU microseconds per fragment (``/proc``), since the senders take a core too. Every
+case runs `--repeats` times, interleaved; the table shows the median and the spread. Also the
+packet pass alone on one core, no sockets (`Pipeline.handle_burst`). ``--json`` writes
+``{"records": [...], "pipeline_fps": [...]}``. Figures: ``docs/performance.md``.
 """
 
 from __future__ import annotations

@@ -4,34 +4,14 @@
                             [--grad-bytes 65536] [--iterations 40] [--json FILE]
 
 The `--emu` back-end runs the service, its soft switch (thread ``p4ctl-dataplane``) and its PS
-(thread ``inasched-ps``) in one Python process, so they share one interpreter lock; workers are
-processes of their own. For each policy and each data path (``INASCHED_DATAPATH`` for the
-service's switch and PS and for the workers) this runs `CPU_PROBE_JOBS` (2) probe jobs of two
-workers with no compute (`bench.jct.validate.probe.probe_jobs`), for 2 and for 2 + `--iterations`
-iterations, reads each thread's CPU time from ``/proc/self/task/TID/stat`` and the workers'
-from ``getrusage(RUSAGE_CHILDREN)``, and prints the difference per fragment (one worker's
-fragment of one iteration: the fixed cost of a job, its join and set-up, cancels out). One
-row per policy and data path, the ratio of its switch + PS time to static's on the same data
-path, and a ``py/eng`` row: Python / engine per role. ``--json`` writes ``{"rows": [{"policy",
-"datapath", "switch", "ps", "service", "workers"}]}`` (microseconds per fragment).
-
-Linux only (``/proc``). Like every emulation figure, CPU times move with the machine's load,
-and a short run can read 0 (10 ms clock ticks) or less than 0 (the subtraction) for a role.
-
-Figures, 2026-12-04, ``python -m bench.emu_cpu`` (2 minutes, load average 4.8-5.6 from other
-engineers' tests), microseconds of CPU per worker fragment (64 lanes):
-
-    policy  datapath  switch    ps  service  workers
-    static  engine       4.9   0.0     33.9     35.0
-    static  python      43.7   0.0     34.7     60.2
-    esa     engine       6.6  14.2     50.3     44.5
-    esa     python      65.2  35.9     45.7     98.2
-    atp     engine      10.3  20.5     37.1     33.5
-    atp     python      69.8  37.1     50.5     75.7
-
-The engine's switch takes 7-10x less CPU per fragment, its PS 1.8-2.5x less, its workers
-1.7-2.3x less; the service's own threads (REST, scheduler) did not change and are now the
-largest share.
+(thread ``inasched-ps``) in one Python process; workers are processes of their own. For each
+policy this runs `CPU_PROBE_JOBS` probe jobs of two workers with no compute, for 2 and for 2 +
+`--iterations` iterations, reads each thread's CPU time from ``/proc/self/task/TID/stat`` and
+the workers' from ``getrusage``, and prints the difference per worker fragment (a job's fixed
+cost cancels out), with each policy's switch + PS time over static's. ``--json`` writes
+``{"rows": [{"policy", "datapath", "switch", "ps", "service", "workers"}]}`` (microseconds
+per fragment). Linux only; a short run can read 0 (10 ms clock ticks) for a role.
+Figures: ``docs/validation.md``.
 """
 
 from __future__ import annotations
@@ -52,7 +32,7 @@ from bench.jct.params import BenchParams
 from bench.jct.validate.probe import FRAGMENT_BYTES, PROBE_WORKERS, probe_jobs
 
 # Two jobs that only communicate: the fewest that share the switch and the PS, so the CPU per
-# fragment is the path's own, with few collisions (the README's figures are of this setting).
+# fragment is the path's own, with few collisions (docs/validation.md quotes this setting).
 CPU_PROBE_JOBS = 2
 
 __all__ = ["main", "measure", "thread_cpu"]

@@ -5,16 +5,12 @@
 
 The protobuf runtime is fixed when protobuf is first imported, so each runs in a child process
 of its own, chosen by ``PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION``: ``python`` encodes every
-message in pure Python, as protobuf 3.20 did (p4runtime-shell 0.0.6 pinned ``protobuf<3.21``);
-``upb`` is the C runtime of protobuf 4.21 and later. A child starts the soft switch in its own
-process as the service does (``switch = "embedded"``), programs it with `SwitchClient`, marks
-every aggregator held and every counter cell non-zero, checks that the P4Runtime read equals the
-pipeline's, then times `repeats` full reads (``occupancy()`` then ``counters()``) over
-P4Runtime, and as many reads of the same state straight from the pipeline (what the service
-did for the embedded switch before it read it over P4Runtime).
-
-Prints seconds per read (median, min, max over the repeats) and the ratios python/upb and
-upb/in-process; ``--json`` prints the same as one JSON object, with every read's time.
+message in pure Python; ``upb`` is the C runtime of protobuf 4.21 and later. A child starts the
+soft switch as the service does, programs it with `SwitchClient`, marks every aggregator held
+and every counter cell non-zero, checks that the P4Runtime read equals the pipeline's, then
+times `repeats` full reads over P4Runtime and as many straight from the pipeline. Prints
+seconds per read (median, min, max) and the ratios python/upb and upb/in-process; ``--json``
+prints the same as one JSON object. Figures: ``docs/performance.md``.
 """
 
 from __future__ import annotations

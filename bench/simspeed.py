@@ -6,15 +6,11 @@
     python -m bench.simspeed --validate-only
 
 The JCT benchmark's parameters (`bench.jct.params.BenchParams`, ``--set`` to change one) are
-used. Prints, per policy: CPU seconds (the figure that counts on a shared machine), wall
-time, simulated events, events per second, mean/p99 JCT, in-switch share, and all policies'
-CPU seconds over their target (`TARGETS_S`, `POINT_TARGET_S`); then the aggregate model's
-error against the fragment-level model on the validation families side by side
-(`scheduler.validate`: the light cases and the memory-bound, PS-loaded and many-level ones):
-per family and policy, the mean and the largest signed relative mean-JCT error (fluid above
-fragment-level is positive) and the mean absolute in-switch-share error, each family against
-`scheduler.validate.BOUND`; and the wall time of both simulators on the light cases, side by
-side, with their ratio.
+used. Prints, per policy: CPU seconds, wall time, simulated events, events per second,
+mean/p99 JCT, in-switch share, and the CPU seconds over their target (`TARGETS_S`,
+`POINT_TARGET_S`); then the aggregate model's error against the fragment-level model on the
+validation families (`scheduler.validate`), each against `scheduler.validate.BOUND`, and the
+wall time of both simulators on the light cases. Figures: ``docs/validation.md``.
 """
 
 from __future__ import annotations

@@ -3,56 +3,16 @@
     python -m bench.training [--workers 2,4] [--steps 300] [--modes gloo,sync,async,ddp]
                              [--lanes 256] [--json FILE] [--quick]
 
-An MLP (64-512-512-10, 0.3 M parameters, two DDP buckets) learns the digits data
-set that scikit-learn ships (1,797 8x8 images; nothing is downloaded): 1,437 to train, 360 to
-test, a global batch of 128 split across the ranks, SGD with momentum. Every mode sees the
-same data in the same order, so the curves differ only by how gradients are summed:
-
-- ``gloo``: ``init_process_group("gloo")``, DDP's own allreduce (the reference);
-- ``sync``: ``init_process_group("inasched")`` with the synchronous hook
-  (``workers.torch_hook.register(..., overlap=False)``: the backward pass waits per bucket);
-- ``async``: the same backend with the asynchronous hook (buckets overlap);
-- ``ddp``: the same backend with no hook: DDP's allreduces go to the backend's
-  ``allreduce``, which returns at once too (what a script gets from the one-line change).
-
-Each inasched mode is a job of a service run in this process (embedded soft switch and PS, k
-lanes per fragment); each run is ``torchrun`` with ``--nproc-per-node`` workers. Rank 0 records
-its shard's loss at every step, the test accuracy every `eval_every` steps and at the end, and
-its step times (training steps only; the first tenth are warm-up and not timed). The table
-gives steps/s and, per inasched mode, the ratio of its step time to gloo's, the difference of
-final test accuracy (points) and the largest relative difference between its loss curve and
-gloo's. Targets: accuracy within 0.5 points, step time within 1.5x of gloo with the
-asynchronous hook.
-
-Figures, 2026-12-05 05:22:47-05:27:39 UTC, ``python -m bench.training --json FILE`` (defaults:
-300 steps, k=1,024, window 128, engine data path) on the 2-core VM while other engineers'
-tests ran (load average 6.7 at the start); step time / gloo, and the largest relative
-difference of rank 0's loss from gloo's over the 300 steps:
-
-    workers  mode    steps/s  final loss  accuracy %  step time / gloo  max loss diff
-          2  gloo       91.4      0.0147       98.61                 -              -
-          2  sync        8.6      0.0147       98.61            10.64x        5.4e-06
-          2  async      15.2      0.0147       98.61             6.01x        5.4e-06
-          2  ddp        20.3      0.0147       98.61             4.49x        5.1e-06
-          4  gloo       43.0      0.0084       98.61                 -              -
-          4  sync       10.6      0.0084       98.61             4.04x        2.6e-06
-          4  async      17.8      0.0084       98.61             2.42x        2.6e-06
-          4  ddp        17.4      0.0084       98.61             2.47x        1.2e-02
-
-Final accuracy equals gloo's in every mode (+0.00 points). The asynchronous hook is 1.7-1.8x
-the synchronous one, but 2.4-6.0x gloo's step time, short of the 1.5x target: the switch
-path moves 1.2 MB per step at tens of MB/s (``bench.allreduce``), gloo at hundreds. The 4
-worker ``ddp`` run's loss drifts furthest (5.0e-4 absolute at step 296, loss 0.034), with
-the same final loss and accuracy; about 3-4% of the gradient bytes went through the PS.
-
-``--quick``: 2 workers, 30 steps, gloo and the asynchronous hook (a smoke test). ``--json``
-writes ``{"runs": [...], "comparisons": [...], "cpus", "lanes", "steps"}``: a run has
-``mode``, ``workers``, ``steps_per_s``, ``loss`` (every step), ``accuracy`` (``[step, %]``
-pairs), ``final_accuracy``, ``switch_allreduces`` and ``fallbacks`` (the backend's counters:
-the hooks bypass its ``allreduce``), ``bytes_switch`` and ``bytes_ps`` (rank 0's gradient bytes
-summed by the switch and by the PS); a comparison has
-``workers``, ``mode``, ``step_time_ratio``, ``accuracy_delta``, ``final_loss_delta`` and
-``max_loss_rel_diff``.
+An MLP (64-512-512-10, two DDP buckets) learns the digits data set scikit-learn ships (nothing
+is downloaded), every mode on the same data in the same order, so the curves differ only by
+how gradients are summed: ``gloo`` (the reference), ``sync`` and ``async`` (the "inasched"
+backend with the synchronous or asynchronous hook), ``ddp`` (the backend with no hook). Each
+inasched mode is a job of a service run in this process; each run is ``torchrun``. Rank 0
+records loss per step, test accuracy and step times (the first tenth is warm-up). The table
+gives steps/s and, per inasched mode, the step time over gloo's, the difference of final
+accuracy and the largest relative loss difference. Targets: accuracy within 0.5 points, step
+time within 1.5x of gloo with the asynchronous hook. ``--quick``: 2 workers, 30 steps;
+``--json`` writes ``{"runs", "comparisons", "cpus", "lanes", "steps"}`` (``docs/training.md``).
 """
 
 from __future__ import annotations

@@ -272,18 +272,12 @@ def _tune_interpreter() -> None:
     """Keep the garbage collector and the decision rounds off the request path of a
     long-running service.
 
-    CPython collects its oldest generation by walking every tracked object, and in a started
-    service those are mostly what the imports and the start made (FastAPI's, pydantic's and
-    SQLAlchemy's classes, the store's mappers): 140,000 objects that live as long as the
-    process. Walking them stopped every thread for 45-90 ms several times a minute at 500
-    submissions/s, the whole of `bench.api`'s paced p99 (a gc callback's log, 2026-12-05).
-    `gc.freeze` moves them out of the collector's sight (those collections took 4-8 ms after),
-    and a young generation of 10,000 objects instead of 700 makes every collection rarer.
-
-    A decision round over thousands of jobs holds the GIL for tens of milliseconds, handing it
-    over every switch interval; the submissions' writer, back from each of its PostgreSQL
-    round trips, waits for it every time. A switch interval of 1 ms instead of 5 took the
-    paced p99 on PostgreSQL from 52-60 ms to 39-42 ms (5,000 jobs at 500/s, 2026-12-05).
+    The oldest generation is mostly what the imports and the start made (about 140,000
+    objects that live as long as the process); walking it stops every thread for tens of
+    milliseconds. `gc.freeze` moves them out of the collector's sight, and a larger young
+    generation makes every collection rarer. A decision round holds the GIL for tens of
+    milliseconds, and the submissions' writer waits for it after each database round trip:
+    a shorter switch interval hands it over sooner.
     """
     gc.collect()
     gc.freeze()

@@ -1,40 +1,17 @@
 """inasched's scheduler: memory policies, priority functions, and two simulators.
 
-For the REST service
---------------------
-Build one `Scheduler` and call ``decide`` on every job event (the ``on_submit``,
-``on_progress``, ``on_finish`` and ``on_cancel`` aliases are the same call)::
+The service builds one `Scheduler`, hands it a frozen snapshot of every live job on each job
+event (``decide``) and gets typed decisions back: ``Admit``, ``Queue`` (an expected "no room",
+not an error), ``Reject``, ``SetPriority`` and ``Reclaim`` (idempotent). The one
+`DecisionApplier` (`scheduler.applier`) applies them in order to a `JobStore` and a ``p4ctl``
+`SwitchBackend`; the service and both simulators use it. Policies are pure and read no clock:
+the service passes wall time, the simulators virtual time. Lifecycle changes go through
+`check_transition`, which raises `IllegalTransition`; every deliberate error derives from
+`SchedulerError`. Policy and priority names are listed in `scheduler.registry`.
 
-    sched = Scheduler("esa", "srtf", Pool(aggregators=8192, lanes=64), levels=16, aging_s=60.0,
-                      seed=0)
-    snap = sched.snapshot(now=clock.now(), jobs=[JobView(...), ...])  # every live job, plus
-    decisions = sched.decide(snap)  # terminal ones still holding memory
-
-and hand them to the one `DecisionApplier` (``scheduler.applier``), which applies them in order
-to a `JobStore` and a ``p4ctl`` `SwitchBackend`; the service and both simulators use it:
-
-- ``Admit(job_id, partition, hash_seed, shared_pool)``: job -> admitted; store the partition
-  (static) or hash seed and shared pool (atp/esa, aggregators ``0 .. shared_pool - 1``, below
-  every partition in use); reserve it (`MemoryMap.reserve` / ``reserve_shared``).
-- ``Queue(job_id, reason)``: stays queued (expected "no room"; not an error).
-- ``Reject(job_id, reason)``: job -> failed; show `reason` to the user.
-- ``SetPriority(job_id, level)``: the job's ``job_table`` priority := ``level`` (higher wins).
-- ``Reclaim(job_id, partition)``: free the job's memory and its switch job id; idempotent.
-
-``sched.aggregator_params(job_view) -> AggregatorParams`` is what a joining worker needs
-(static: partition base and slots; atp/esa: pool size and hash seed; lanes). Lifecycle
-changes go through ``check_transition(job_id, old, new)`` (``DecisionApplier.transition``),
-which raises `IllegalTransition` (map to HTTP 409). Every deliberate error derives from
-`SchedulerError`. Policy and priority names are listed in `scheduler.registry`
-(`policy_names`, `priority_names`). Policies are pure and read no clock: the service passes
-wall time, the simulators virtual time.
-
-Simulation
-----------
-``simulate(load_workload("philly"), SimConfig(policy="esa"))`` is the aggregate model
-(whole workloads in seconds of CPU); ``simulate_fragments`` is the packet-level reference
-that drives ``p4ctl.rule.process``. Both return a `RunResult`. Workload names:
-``philly``, ``synthetic-N``, or a path to a workload CSV (format in `scheduler.workload`).
+``simulate`` is the aggregate (fluid) model, whole workloads in seconds of CPU;
+``simulate_fragments`` is the packet-level reference that drives ``p4ctl.rule.process``. Both
+return a `RunResult`. ``docs/scheduler.md`` shows the calls and states both models.
 """
 
 from scheduler.applier import DecisionApplier, JobStore

@@ -1,21 +1,16 @@
 """`DecisionApplier`: the one place a policy's decisions change jobs and the switch.
 
-As SimPy lets one model run on a virtual or a wall clock, one applier serves every driver:
-the REST service applies with wall time, its SQL store and the P4Runtime backend; both
-simulators apply with virtual time, their in-memory `JobTable` and an `InMemorySwitch`. It
-depends on two small interfaces, a `JobStore` and `p4ctl.backend.SwitchBackend`, and keeps the
-invariants for all of them: every change of state goes through `check_transition`, every
-partition through `MemoryMap.reserve`, every shared pool through `MemoryMap.reserve_shared`.
+As SimPy lets one model run on a virtual or a wall clock, one applier serves every driver: the
+REST service applies with wall time, its SQL store and the P4Runtime backend; both simulators
+with virtual time, their in-memory `JobTable` and an `InMemorySwitch`. It depends on two small
+interfaces, a `JobStore` and `p4ctl.backend.SwitchBackend`, and keeps the invariants for all of
+them: every change of state goes through `check_transition`, every partition through
+`MemoryMap.reserve`, every shared pool through `MemoryMap.reserve_shared`.
 
-What each decision does (``scheduler/__init__.py`` lists the decisions):
-
-- ``Admit``: take a switch job id, reserve the memory, install the job; the job is admitted.
-  When every switch job id is taken or the switch refuses, the job stays queued with the
-  reason (an expected "no room", not an error).
-- ``Queue``: the job keeps waiting; its reason is updated.
-- ``Reject``: the job fails with the reason.
-- ``SetPriority``: the priority of the job's ``job_table`` entry becomes ``level`` (a MODIFY).
-- ``Reclaim``: release the job's memory and switch job id (idempotent).
+``Admit`` takes a switch job id, reserves the memory and installs the job; when every id is
+taken or the switch refuses, the job stays queued with the reason. ``Queue`` updates a waiting
+job's reason; ``Reject`` fails the job; ``SetPriority`` MODIFYs the job's ``job_table`` entry;
+``Reclaim`` releases the job's memory and switch job id (idempotent).
 """
 
 from __future__ import annotations

@@ -2,78 +2,15 @@
 
 For the set of jobs holding switch memory it returns each job's mean allreduce time per
 iteration, the shares of its fragments that bypass or are evicted, and the load it puts on its
-PS process. Assumptions (the fragment-level model in `scheduler.fragsim` makes none of them;
-`scheduler.validate` measures the difference):
-
-- A worker streams its F = ceil(G / payload) fragments back to back, limited by its link
-  (one fragment per `fragment_s`) and by its window: W fragments in flight, each holding its
-  slot for one switch round trip, plus, when its result comes from the PS, one PS detour and
-  the PS queueing delay. Under ``atp`` that is every fragment (the aggregator is freed and the
-  result multicast only when the PS result passes back through the switch); under ``esa``
-  only bypassed and evicted ones. A PS-bound fragment's result leaves the PS when the PS has
-  served the last of its packets (a bypassed fragment's n contributions, an evicted one's
-  (n+1)/2). The first window goes out at line rate, the rest a window per slot, in
-  ceil(F / W) rounds (`_stream_time`); the iteration ends with the slowest fragment of its
-  last window (`_tail`: under esa a lost one, under atp a bypassed one). Each worker starts
-  ``U(0, worker_skew_s)`` after the job's compute ends, so the last one
-  `worker_skew_s` x n/(n+1) after it on average, and the job waits for it.
-- Jobs compute and communicate independently, so at a random instant job i communicates with
-  probability d_i = t_comm / (t_compute + t_comm) (its duty cycle). A fragment's contributions
-  arrive spread by the workers' start skew for the first window of an iteration; after that
-  the leading worker is at most its window ahead (spread ``min(skew, W x fragment_s - slot)``,
-  zero when the window binds, since every worker then sends on the same multicast result).
-  What job j sees while it communicates is its own full load plus the others' duty-weighted
-  loads.
-- Hashed placement is uniform over the aggregators the job does not hold itself
-  (`p4ctl.rule.hashed_index` never puts two fragments of one window on one aggregator): a
-  fragment finds its aggregator held with probability equal to the others' share of those,
-  counting the fragments it cannot take (``atp``: anyone's; ``esa``: jobs of equal or higher
-  priority). In the first window of an iteration a collided fragment may be split: its
-  holder lets go (probability spread / the holder's mean hold) before its last contribution
-  arrives, the rest claim the aggregator, and the workers' fast retransmit (about two
-  smoothed round trips) sends the partial sum and the resends to the PS; a split costs its
-  slot three times over and its PS n more packets, and its claim holds the aggregator, as a
-  sum that cannot complete, for those two round trips. An aggregator is held from the first
-  to the last contribution; under ``atp`` also for the PS detour and PS queueing. Under
-  ``esa`` a partial sum is evicted when a higher-priority claim lands on it meanwhile
-  (Poisson claims). How many a job holds on average while it communicates is its claims per
-  second times the hold (Little's law), with its claims counted over the whole allreduce,
-  ``F / t_comm``: not at its streaming rate, since the allreduce also waits for its last
-  worker and its last results and claims nothing meanwhile. (Counted at the streaming rate,
-  a job of F = 40 fragments and window 16 held about twice what it does, and esa's bypass
-  share was twice the fragment-level model's where memory binds.)
-- PS processes (`SimConfig.ps_of`): each is one server taking `ps_fragment_s` per packet,
-  serving critical-path packets first and esa's completion copies only when idle
-  (non-preemptive priority). Critical packets per fragment: ``atp`` 1 complete sum; a bypassed
-  fragment n contributions; an evicted one its held sum plus the (n-1)/2 contributions still
-  to come on average. The others load a process with their packets per iteration over their
-  iteration time. On a process shared by several jobs a critical packet waits Cobham's
-  M/G/1 non-preemptive-priority delay ``R / (1 - rho_crit)`` with
-  ``R = min(1, rho_all) x ps_fragment_s / 2`` (deterministic service; `scheduler.psdelay`
-  solves for it). Windows close the loop, so rho_crit stays below 1: jobs slow down until
-  the PS keeps up; copies beyond the PS's capacity only grow its backlog (they delay nothing
-  here). Under atp on a process of
-  its own (``ps_processes="per-job"``) a job's critical packets are its complete sums, paced
-  by its window a slot apart each, and do not queue behind one another while its PS keeps up
-  (the open-queue delay put atp up to 7% slow at a PS loaded to 0.9); the job streams at most
-  one critical packet per ``ps_fragment_s``, and held to that, its window's excess waits in
-  the PS queue, and its aggregators with it. esa's critical packets (its lost fragments'
-  contributions, in bursts) keep the open-queue delay.
-- ``static``: a private partition sized to the window, so nothing bypasses or visits a PS.
-- `SimConfig.switch_pps` (0: unlimited, a hardware pipeline): the switch is one processor
-  shared by every packet that enters it and every packet that leaves it (a software switch's
-  CPU: a datagram received and parsed, a datagram sent, cost about the same; a multicast
-  result is n sends): a fragment costs its n contributions and n results to the workers,
-  plus, when its result comes from the PS, that result coming in, plus each packet sent to
-  the PS (critical ones, esa's copies). While job j
-  communicates, each other job is communicating too with the probability its duty cycle
-  gives, so how many others share the processor is Poisson-binomial; with k of them, j gets
-  what their packet rates leave and never less than the fair share 1/(k+1) (processor
-  sharing), and its workers' fragment rate is capped at the average over k. (Averaging
-  over the occupancy rather than plugging in the mean load matters: the share is concave
-  in k, and the mean-load version ran about 7% slow against the fragment simulator.)
-  Each packet the PS receives counts `SimConfig.ps_switch_cost` packets more on that
-  processor (the PS's own work, when it runs on the same CPU).
+PS process. A worker streams its fragments limited by its link and its window; a fragment's
+slot is held for a switch round trip plus, when its result comes from the PS, the PS detour
+and queueing. Jobs communicate with probability equal to their duty cycle; hashed placement is
+uniform, so a fragment collides with the others' share of the pool; the aggregators a job
+holds are its claims per second over the whole allreduce times the hold (Little's law). A PS
+process is one server, critical packets before esa's completion copies (Cobham's M/G/1
+priority delay, `scheduler.psdelay`); with `SimConfig.switch_pps` the switch is one processor
+shared by every packet in and out. ``docs/scheduler.md`` states each assumption;
+`scheduler.validate` measures the model against `scheduler.fragsim`, which makes none of them.
 """
 
 from __future__ import annotations

@@ -2,29 +2,16 @@
 switch rule (`p4ctl.rule.process`, the code the soft switch runs) in virtual time. The switch
 is an `InMemorySwitch`, programmed only by the `DecisionApplier` the service uses too.
 
-Per job: n workers, each streaming its F fragments per iteration with at most ``window`` in
-flight, paced by its link; worker w starts an iteration's allreduce ``U(0, worker_skew_s)``
-after compute ends (the first compute starts ``job_setup_s`` after admission; each iteration
-ends ``iteration_overhead_s`` after its allreduce). Packets reach the switch after a link
-latency; whatever `process` emits goes to the job's workers (multicast) or to the job's PS
-process (``SimConfig.ps_of``: one process shared by every job by default), a server that takes
-``ps_fragment_s`` per packet with two FIFO queues, critical-path packets first and esa's
-completion copies when it has nothing else (non-preemptive); it sums contributions by bitmap
-and, when a sequence is whole (or the switch hands it a complete sum under ``atp``), sends a PS
-result back through the switch. A worker resends a fragment whose result is late (``timeout_s``,
-doubling), or at once when more than 8 later results overtook it and it is older than twice its
-smoothed RTT (the worker client's fast retransmit). Loss drops worker -> switch packets with
-probability ``loss_rate``. With ``switch_pps`` the switch is one FIFO server of that packet rate
-that takes a turn for every packet in and for every packet out (each replica of a multicast;
-every packet the PS receives takes ``ps_switch_cost`` turns on it too). Admission and
-priorities come from the same `Scheduler` as `scheduler.simulator`. Meant for small cases: cost
-is linear in packets.
-
-A policy that preempts on the switch's ``atp`` rule (``esa-norelease``, `scheduler.ablations`),
-which the switch program does not have, runs on the ``atp`` rule except for a fragment that
-lands on another job's partial sum: that one takes the ``esa`` rule, which evicts the sum when
-the fragment's level is higher and bypasses it otherwise, as ``atp`` does. A single-worker
-job's fragment that evicts completes at once; its result waits for the PS as ``atp``'s does.
+Per job: n workers, each streaming its fragments with at most ``window`` in flight, paced by
+its link, starting ``U(0, worker_skew_s)`` after compute ends. Whatever `process` emits goes
+to the job's workers (multicast) or to its PS process (``SimConfig.ps_of``), a server of
+``ps_fragment_s`` per packet that serves critical-path packets before esa's completion copies.
+Workers resend on timeout (doubling) and on fast retransmit, as the worker client does; with
+``switch_pps`` the switch is one FIFO server taking a turn for every packet in and out.
+Admission and priorities come from the same `Scheduler` as `scheduler.simulator`. Cost is
+linear in packets: meant for small cases. ``esa-norelease`` (`scheduler.ablations`) runs on
+the ``atp`` rule except for a fragment that lands on another job's partial sum, which takes
+the ``esa`` rule. ``docs/scheduler.md`` describes the model.
 """
 
 from __future__ import annotations

@@ -2,16 +2,12 @@
 
 A priority function orders jobs: `key` returns a number, smaller means served first. `levels`
 turns the order of the active jobs into switch levels ``0 .. levels-1`` where a HIGHER level
-wins, since the switch preempts when the new job's ``job_table`` priority >
-``agg_priority[held]``. Ranks are spread evenly over the levels, so with no more jobs than
-levels every job has its own level.
+wins (the switch preempts when the new job's ``job_table`` priority > ``agg_priority[held]``).
+Ranks are spread evenly over the levels, so with no more jobs than levels each has its own.
 
 Aging: every `aging_s` seconds a job spends bypassed or evicted since its last progress mark
-(``JobView.starved_s``; the simulators reset it each time the job completes another
-``progress_step`` of its iterations) lifts it one level, up to the top. A job that stops
-progressing keeps losing fragments and climbs until nothing can preempt it, so no job starves
-under ``esa``; a job that progresses drops back to the level its rank gives it, so aging does
-not turn every long job into a top-level one.
+(``JobView.starved_s``) lifts it one level, up to the top, so no job starves under ``esa``; a
+job that progresses drops back to the level its rank gives it.
 
 Registered functions (`PRIORITIES`): ``srtf`` (default; least remaining work = remaining
 iterations x gradient bytes, attained service for jobs of unknown length), ``las`` (least

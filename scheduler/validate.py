@@ -1,92 +1,17 @@
 """Validation of the aggregate model (`scheduler.simulator`) against the fragment-level one
 (`scheduler.fragsim`) on small cases: same jobs, same config, both simulators.
 
-Measured with ``python -m bench.simspeed --validate-only`` (seed 0, 8 seeded cases per
-policy of 2-6 jobs, 2-8 workers, 16-96 fragments per iteration, pools of 64-256 aggregators,
-window 16). The error is the relative difference of mean JCT and the absolute difference of
-the in-switch byte share (fragment-level model is the reference). Before the PS server, fast
-retransmit and contribution-spread changes (commit 050a587):
+`cases` and `small_cases` draw seeded cases (2-6 jobs, 2-8 workers, 16-96 fragments per
+iteration, pools of 64-256 aggregators) in `FAMILIES`, each stressing one regime: light load,
+memory that binds (the jobs' windows 4-6x the pool), per-job PS processes loaded to 0.6 and
+0.9 (`ps_bps_for_load`), both at once, one PS shared by many jobs, and 16 priority levels with
+aging. `validate` runs both simulators on each case and reports the relative error of mean JCT
+and the absolute error of the in-switch byte share, the fragment-level model as reference.
 
-    policy   JCT err mean  JCT err max  share err mean  share err max
-    static          0.001        0.003           0.000          0.000
-    atp             0.042        0.062           0.128          0.179
-    esa             0.148        0.264           0.114          0.184
-
-After (both models with one shared PS process, a server with a queue; fragsim's workers use
-the worker client's fast retransmit; the fluid model's aggregator hold time is the spread of a
-fragment's contributions, which closes after the first window of an iteration):
-
-    policy   JCT err mean  JCT err max  share err mean  share err max
-    static          0.001        0.003           0.000          0.000
-    atp             0.003        0.013           0.030          0.057
-    esa             0.025        0.125           0.024          0.056
-
-Most of the old esa error was the fragment model's own: split sequences (some contributions
-bypassed, the rest claiming the aggregator esa had just freed) waited out a 20-round-trip
-timeout, where the real worker client resends them at once (fast retransmit). The remaining
-share error: the fluid model still slightly over-estimates collisions (uniform hashing, mean
-hold times). These cases barely load the PS; `tests/scheduler/test_simulators.py` checks the
-PS model's invariants (capacity never exceeded, more PS processes never slower) in both.
-
-`FAMILIES` also holds the regimes the JCT benchmark reports: memory that
-binds (the jobs' combined windows 4-6x the pool), per-job PS processes loaded to 0.6 and 0.9
-(`ps_bps_for_load`), both at once, and 16 priority levels with aging. The fluid model as it
-was (commit b4a45f6's `scheduler/fluid.py`, swapped into `scheduler.simulator` for the run,
-`bench.simspeed`'s table, 8 cases per family, 2026-12-04; fluid slow is positive):
-
-    family         policy  |JCT err| mean JCT err worst |share err| mean  within 5%
-    light          atp              0.004        +0.011            0.095        yes
-    memory         atp              0.008        -0.023            0.070        yes
-    memory         esa              0.010        -0.014            0.102        yes
-    ps-0.9         atp              0.101        +0.140            0.055         NO
-    memory+ps-0.9  atp              0.161        +0.183            0.078         NO
-    memory+ps-0.9  esa              0.027        -0.079            0.073         NO
-    levels         esa              0.010        -0.018            0.063        yes
-
-(other rows within 3.1%). Its causes, each fixed in `scheduler.fluid`: a job on a PS process
-of its own queued behind itself as if its packets were Poisson, where under atp its window
-paces them; a job's fragments were counted as colliding with its own window (the hash never
-does that); a fragment's first window was charged a full slot of round trips it does not
-wait for, and the last window's rounds were not whole; a bypassed fragment's result was taken
-to leave the PS after its first contribution, not its last; the slowest fragment of an
-iteration's last window, and the fragments split between the switch and the PS in a first
-window (resent by the workers' fast retransmit), were not counted; and esa ignored its window
-when no fragment was lost. Several of these had cancelled out: esa's JCT was close on the
-memory families while its in-switch share was 0.06-0.10 off.
-
-What was left after those (worst case errors, 8 cases per family, 2026-12-04): esa +6.6% on
-"memory", +7.5% on "levels", +13.1% on "memory+ps-0.9", where the fluid model put about twice
-the fragment-level model's share of fragments into collisions, and atp +8.5% on
-"memory+ps-0.9". The cause (2026-12-05): a job's claims per second, from which the fluid model
-gets the aggregators it holds (Little's law) and the others' chance of landing on one, were
-counted at its streaming rate times its duty cycle. But an allreduce also waits for its last
-worker and its last results, and claims nothing meanwhile: a job of 40 fragments and a window
-of 16 claimed about twice as often as it does. The fragment-level model, instrumented, showed
-it: job by job, a first window's holds lasted 0.8-1.5x what the fluid model takes, but the
-aggregators a job held over its run were up to 1.8x fewer (on "memory"'s first case).
-Counting the claims over the whole allreduce (``F / t_comm``), and holding a split
-fragment's aggregator until the fast retransmit flushes it (which atp, whose holders let go
-late, splits often), gives:
-
-    family         policy  |JCT err| mean JCT err worst |share err| mean  within 5%
-    memory         atp              0.017        -0.027            0.012        yes
-    memory         esa              0.017        +0.032            0.010        yes
-    memory+ps-0.9  atp              0.055        +0.090            0.027         NO
-    memory+ps-0.9  esa              0.031        -0.101            0.014         NO
-    levels         esa              0.016        +0.030            0.007        yes
-    shared-ps      atp              0.036        +0.077            0.010         NO
-    shared-ps      esa              0.006        +0.014            0.001        yes
-
-(every other row within 4.0%; the in-switch share errors of esa, 0.06-0.10 before, are now
-0.001-0.014). `FAMILY_BOUNDS` states what is left above 5%, and why.
-
-A PS process shared by several jobs ("shared-ps") had the same miscount: the others' load on
-the process was their streaming rate times their duty cycle, which put atp +18% and +26% slow
-on two exploratory cases of 12 jobs on one 20 Gbps process (2026-12-05; +4% and +7% after).
-On one 10 Gbps process those cases overload it under atp, and the fragment-level model's
-workers time out and resend until atp's JCT is 30-50x esa's; the fluid model, whose windows
-simply slow down to what the PS serves, puts it 4-6x lower. No family goes there: past the PS's
-capacity the fluid model is not a model of atp.
+The fluid model's goal is `BOUND` on every case and policy; `FAMILY_BOUNDS` states the bound
+each family is held to (``tests/scheduler/test_validate.py``) and, where it is above `BOUND`,
+the effect the fluid model misses. ``python -m bench.simspeed --validate-only`` prints the
+table; ``docs/validation.md`` states the current figures.
 """
 
 from __future__ import annotations
@@ -121,19 +46,14 @@ BOUND = 0.05
 
 #: The bound the fluid model's mean-JCT error is held to on each family (every case, every
 #: policy; `tests/scheduler/test_validate.py`). Above `BOUND` where the fluid model misses an
-#: effect (``python -m bench.simspeed --validate-only``, 8 cases each, 2026-12-05):
-#: - "memory+ps-0.9", esa -10.1% on one case, within 5% on the seven others: an evicted
-#:   partial sum whose evictor completes and lets go is claimed afresh by the rest of its
-#:   contributions, and held, as a sum that cannot complete, until the workers' fast
-#:   retransmit flushes it, which takes long when the PS is loaded (the fragment-level model's
-#:   holds of two 8-worker jobs there ended after 22 and 32 us on average, against 4 us for a
-#:   first window's). The fluid model counts this only for a collided first contribution;
-#:   counting it for every eviction as well put esa 11-21% slow on the other seven.
-#: - "memory+ps-0.9", atp up to +9.0%, and "shared-ps", atp up to +7.7% (mean 5.5% and
-#:   3.6%): a loaded PS's queue for atp's complete sums; the open-queue delay is an upper
-#:   bound of a window-paced queue.
-#: Both above-bound errors make atp look slower, or esa faster, than the fragment-level model
-#: says: they raise esa-over-atp by at most those figures where they apply.
+#: effect (``python -m bench.simspeed --validate-only``, 8 cases each):
+#: - "memory+ps-0.9", esa: an evicted partial sum whose evictor lets go is claimed afresh by
+#:   the rest of its contributions and held, as a sum that cannot complete, until the workers'
+#:   fast retransmit flushes it, which takes long when the PS is loaded; the fluid model counts
+#:   this only for a collided first contribution.
+#: - "memory+ps-0.9" and "shared-ps", atp: a loaded PS's queue for atp's complete sums; the
+#:   open-queue delay is an upper bound of a window-paced queue.
+#: Both make atp look slower, or esa faster, than the fragment-level model says.
 FAMILY_BOUNDS: dict[str, float] = {
     "light": BOUND,
     "memory": BOUND,

@@ -6,30 +6,12 @@ harness both read it from one CSV format (a header line, then one job per line):
     job_id,arrival_s,workers,model,grad_bytes,iter_time_s,iterations,priority_class
     0,289.0,4,ResNet-50,102228128,0.3232,172591,0
 
-- ``arrival_s``: seconds from the start of the run; ``workers``: data-parallel workers (the
-  job's fan-in at the switch); ``grad_bytes``: fp32 gradient bytes per iteration;
-  ``iter_time_s``: compute time of one iteration (forward + backward); ``iterations``: how
-  many iterations the job runs; ``priority_class``: the user class for the ``static``
-  priority function (0 = lowest).
-
-`load_workload` accepts a path to such a file, one of the names ``philly`` and
-``synthetic-N`` (N jobs), or ``philly:FILE``: any CSV in the public Philly trace's format (the
-columns of ``data/jobs_philly.csv``; the mapping below reads ``job_id``, ``arrival_s``,
-``num_workers`` and ``duration_s``), mapped exactly as the bundled week. Both generators are
-seeded: the same seed gives the same file.
-
-**Philly mapping** (`philly_jobs`). Each of the 671 rows of ``data/jobs_philly.csv`` (CC BY
-4.0, see ``data/README.md``) becomes one job: arrival = ``arrival_s`` x `time_scale`; workers =
-``num_workers`` (one per GPU); the model is drawn uniformly, with ``random.Random(seed)`` in
-row order, from the models that have both a gradient size in ``data/model_sizes.csv`` and a
-V100 iteration time in ``data/iter_times.csv``; iterations = ``duration_s`` x `time_scale` /
-iteration time, at least 1 and at most `max_iterations`. The trace's duration includes the
-job's original communication and restarts, so this is a modelling choice, not a measurement.
-
-**Synthetic** (`synthetic_jobs`). Poisson arrivals; models drawn as above; workers from
-Philly's mix (2: 6%, 4: 42%, 8: 48%, 16: 4%); iterations Pareto-distributed (shape 1.5,
-heavy tail, min 50, capped at 100,000); the arrival rate is set so that the offered load on
-switch memory, E[partition aggregators x compute time] x rate / pool size, equals `load`.
+`load_workload` accepts a path to such a file, ``philly``, ``synthetic-N`` (N jobs), or
+``philly:FILE`` (any CSV in the public Philly trace's format, mapped as the bundled week).
+`philly_jobs` maps each trace row to one job (workers = GPUs, a model drawn with a seeded
+generator, iterations from the duration); `synthetic_jobs` draws Poisson arrivals at a given
+offered load on switch memory. Both are seeded: the same seed gives the same file.
+``docs/scheduler.md`` gives the columns and both mappings.
 """
 
 from __future__ import annotations

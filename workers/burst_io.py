@@ -3,18 +3,16 @@
 Sending. The datagrams of a `Transfer` are built contiguously (``Transfer.datagrams``), so
 every fragment the window lets out of one transfer leaves in one ``Burst.send``: sendmmsg,
 with consecutive same-size datagrams to the switch merged into UDP GSO messages (up to 64
-segments each; the wire sees the same datagrams). Resends are copied into one buffer, flagged
-RESEND with one array operation, and sent the same way.
+segments each). Resends are copied into one buffer, flagged RESEND with one array operation,
+and sent the same way.
 
-Receiving. UDP GRO is turned on for the socket, and one ``Burst.recv`` takes what is queued
-(coalesced segments come back one row each). The whole burst is checked with numpy through
-``protocol.HEADER_DTYPE`` (size, version, lanes, kind RESULT or PS_RESULT, job, a sequence
-sent and not yet answered), and ``Transfer.take_many`` stores the lanes, exponent and raw flag
-of the first result of each fragment. Everything else counts as ignored, as on the Python
-path: malformed or foreign datagrams and duplicates, from earlier bursts or the same one.
+Receiving. UDP GRO is on for the socket, and one ``Burst.recv`` takes what is queued. The
+burst is checked with numpy through ``protocol.HEADER_DTYPE`` (size, version, lanes, kind,
+job, a sequence sent and not yet answered), and ``Transfer.take_many`` stores the first result
+of each fragment; malformed or foreign datagrams and duplicates count as ignored.
 
-Bookkeeping. `Inflight` keeps send times, attempts and deadlines in arrays over the window,
-and takes the decisions of ``DatagramIO`` (``workers.datagram_io``) a burst at a time.
+`Inflight` keeps send times, attempts and deadlines in arrays over the window, and takes the
+decisions of `workers.fragment_io` a burst at a time.
 """
 
 from __future__ import annotations

@@ -4,17 +4,11 @@
 ``low`` (the lowest seq without a result) ``<= send_seq`` (the next to send first) ``<=
 assigned`` (one past the last seq of an accepted transfer), with ``send_seq < low + window``.
 Two subclasses move the datagrams, chosen by ``p4ctl.engine.datapath()``:
-
-- ``workers.datagram_io.DatagramIO`` (``python``): one ``sendto`` and one ``recv_into`` per
-  datagram, a dict entry and a timer entry per fragment in flight (the reference path);
-- ``workers.burst_io.BurstIO`` (``engine``): bursts through ``p4ctl.engine.Burst`` (sendmmsg
-  with UDP GSO, recvmmsg with UDP GRO), and numpy arrays over the window instead of per
-  fragment entries.
-
-Both take the same decisions (retransmission timeout, back-off, fast retransmit, the stalled
-rule, exactly-once results); the client module docstring states them. The client drives one
-turn at a time: `accept`, `send_new`, wait for the socket up to `wait_time`, `receive`,
-`on_timers`, `expired`.
+``workers.burst_io.BurstIO`` (``engine``: bursts with UDP GSO/GRO, numpy arrays over the
+window) and ``workers.datagram_io.DatagramIO`` (``python``: one system call and one dict
+entry per datagram). Both take the same decisions (retransmission timeout, back-off, fast
+retransmit, the stalled rule, exactly-once results). The client drives one turn at a time:
+`accept`, `send_new`, wait for the socket up to `wait_time`, `receive`, `on_timers`, `expired`.
 """
 
 from __future__ import annotations

@@ -1,46 +1,18 @@
 """The parameter server: finishes, over UDP, the sums the switch could not.
 
 One process (one socket, one thread) serves many jobs. The switch sends it TO_PS packets:
-bypassed fragments (collision, raw floats, resends), evicted partial sums (esa), flushed
-partial sums (a worker resent), and complete sums (atp, and esa's copy). `JobLedger` counts
-each worker once per sequence; a completed sum goes back as PS_RESULT (worker 255) *to the
-switch's data address*, so the switch multicasts it to the job's workers and, in atp, frees the
-aggregator. Completed results are kept to answer resends until every worker has moved past
-them (``workers.accumulator``); a job's whole state is freed by `remove_job` or after
-`idle_timeout_s` without packets.
+bypassed fragments, evicted and flushed partial sums, and complete sums (atp, and esa's copy).
+`JobLedger` counts each worker once per sequence; a completed sum goes back as PS_RESULT to
+the switch's data address, which multicasts it to the job's workers and, in atp, frees the
+aggregator. Results are kept to answer resends until every worker has moved past them.
 
-Jobs. The PS serves only the jobs the service registered, never one a packet names: a packet
-can claim any job, fan-in and source. `register_job` (called by the service, which embeds a
-`ParameterServer` or reaches a PS of its own process through ``workers.ps_control``; or
-``inasched ps --job ID:FAN_IN[:POLICY[:WINDOW]] --switch HOST:PORT`` at launch) gives the
-job's fan-in, the switch's data address (the only source whose packets are taken, and where
-results go), the workers' window (for forgetting results, default `DEFAULT_WINDOW`,
-conservatively large) and whether the policy is esa (whose switch already multicast a sum it
-completed, so the PS only stores it).
-
-Two queues. Every packet the PS receives is on a job's critical path (a worker waits for the
-sum) except esa's completion copies: the switch already multicast those sums, and the PS keeps
-them only to answer resends. So the PS serves what the socket holds first and stores the copies
-when the socket is empty (`PsCounters.copies_queued` counts those waiting; past
-`MAX_QUEUED_COPIES` a copy is stored at once, so memory stays bounded). A copy that completes a
-sum a worker resent to the PS before the copy was stored is answered: that worker lacks it. The
-simulators serve the PS the same way (``scheduler.fragsim``).
-
-Everything else is dropped and counted by reason (`PsCounters.drops`): the decode reasons of
-``p4ctl.protocol.DropReason`` (bad_length, bad_version, bad_lanes, bad_kind), ``not_to_ps``
-(a kind other than TO_PS), ``unknown_job``, ``foreign_source`` (not the job's switch),
-``bad_fan_in``, ``bad_bitmap``, ``stale`` (a sequence whose result was already forgotten) and
-``overflow`` (more open sequences than `max_results`: memory stays bounded).
-
-Two data paths (``p4ctl.engine``, ``INASCHED_DATAPATH``, or the `datapath` argument), chosen
-once per PS. ``python``: one ``recvfrom`` and one ``sendto`` per datagram. ``engine`` (the
-default): datagrams arrive in bursts (``recvmmsg`` with UDP GRO) as rows of a `Burst`, each
-row goes through the same `_handle`, and a burst's replies leave in one ``sendmmsg`` (UDP GSO
-merges runs to one switch). Counters, the two queues and the bound on a turn mean the same on
-both; two drops exist only on the engine path: a datagram longer than the largest supported
-one is cut, and dropped for the reason `decode` would give (``bad_lanes`` when its header is
-well formed, announcing more lanes than `SUPPORTED_LANES` allows), and datagrams a burst had
-no room for (a sender segmenting more than 64 datagrams per send) are ``burst_full``.
+The PS serves only jobs the service registered (`register_job`), never one a packet names, and
+takes packets only from that job's switch. Every packet is on a job's critical path except
+esa's completion copies, so it serves what the socket holds first and stores the copies when
+the socket is empty (at most `MAX_QUEUED_COPIES` wait; past that a copy is stored at once).
+Everything else is dropped and counted by reason (`PsCounters.drops`); memory stays bounded
+(`max_results`, `idle_timeout_s`). Datagrams move on the data path ``p4ctl.engine`` picks;
+the counters and both queues mean the same on either.
 """
 
 from __future__ import annotations

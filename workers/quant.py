@@ -1,31 +1,17 @@
 """Block floating point for gradient fragments (``p4/PROTOCOL.md`` section 1).
 
 A fragment of ``k`` float32 values travels as ``k`` int32 lanes and one signed 8-bit exponent
-``e`` in the header::
+``e``: ``lane = round(x * 2**(S - e))`` with ``S = 30 - ceil(log2(fan_in))``. A worker uses
+``e`` only when every ``|x| < 2**e``, so the sum of ``fan_in`` lanes stays within ``2**30`` and
+the switch's int32 adders never overflow; a fragment that does not fit (or holds inf/NaN) goes
+as RAW_FLOAT float32 lanes, which the PS sums in float64. Every worker must use the same
+exponent for the same fragment, so each derives it from what all see: `DEFAULT_EXPONENT` at
+first, then `next_exponents` of the previous result at that position (one bit of headroom).
 
-    lane = round(x * 2**(S - e)),   S = 30 - ceil(log2(fan_in))
-
-A worker may use exponent ``e`` for a fragment only when every value satisfies ``|x| < 2**e``;
-then ``|lane| <= 2**S`` and the sum of ``fan_in`` lanes stays within ``2**30``, so the switch's
-int32 adders never overflow. A fragment that does not fit (or holds inf/NaN) is sent with
-RAW_FLOAT and float32 lanes; the switch never adds those, the PS does, in float64.
-
-Exponent choice. Every worker of a job must use the same exponent for the same fragment, or
-the switch treats the odd one out as a side contribution (correct, but it costs a PS round
-trip). Workers cannot talk to each other, so they derive it from what they all see: the first
-allreduce of a tensor uses `DEFAULT_EXPONENT` (gradients are mostly below 1), and every later
-one uses `next_exponents` of the previous result for the same fragment position, which leaves
-one bit of headroom above the largest summed value.
-
-**Error bound.** For one element with exact sum ``T = sum_i x_i`` over ``n = fan_in``
-workers, the float32 result ``y`` of a fixed-point fragment with exponent ``e`` satisfies::
-
-    |y - T| <= n * 2**(e - S - 1) * (1 + 2**-24) + 2**-24 * |T|
-
-(each worker's rounding is at most half a step ``2**(e - S)``, the int32 sum is exact, and the
-final float32 conversion adds half an ulp). A raw-float fragment is summed in float64 at the
-PS, so ``|y - T| <= 2**-24 * |T| + n * 2**-53 * sum_i |x_i|``. `error_bound` returns the sum of
-the two, which also covers a fragment whose contributions were mixed (some raw, some fixed).
+**Error bound.** For exact sum ``T`` over ``n = fan_in`` workers, a fixed-point result ``y``
+satisfies ``|y - T| <= n * 2**(e - S - 1) * (1 + 2**-24) + 2**-24 * |T|``; a raw-float one
+``|y - T| <= 2**-24 * |T| + n * 2**-53 * sum_i |x_i|``. `error_bound` returns the sum of the
+two, which also covers a fragment whose contributions were mixed.
 """
 
 from __future__ import annotations

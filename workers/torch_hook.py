@@ -3,28 +3,16 @@
     ddp = DistributedDataParallel(model)          # a gloo process group does the bookkeeping
     register(ddp, client)                          # client: workers.client.AllreduceClient
 
-Under the "inasched" backend (``workers.torch_backend``) DDP needs no hook: its allreduces go
-through the switch already; ``register(ddp, dist.group.WORLD.client)`` adds the order checks.
+Under the "inasched" backend (``workers.torch_backend``) DDP needs no hook;
+``register(ddp, dist.group.WORLD.client)`` adds the order checks. The default hook
+(`allreduce_hook_async`) returns a future the client's I/O thread completes, so a backward
+pass's buckets overlap; ``overlap=False`` installs the blocking `allreduce_hook`.
 
-The default hook is asynchronous (`allreduce_hook_async`): it starts the bucket's allreduce
-and returns a future that the client's I/O thread completes when the sum is in, so the
-buckets of one backward pass are in flight together and overlap with the rest of the backward
-pass, as with DDP's own process group. ``register(..., overlap=False)`` installs the
-synchronous `allreduce_hook`, which blocks the backward pass until each bucket is summed.
-
-Ordering. The protocol needs the same tensors allreduced in the same order on every worker
-(``workers.client``: a fragment's sequence number names it). DDP gives that: its buckets are
-identical on every rank (it checks the parameters' shapes across ranks when it is built, and
-rank 0's order is the one used after it rebuilds them) and it launches them in index order.
-`BucketOrder` checks both halves, so a broken assumption stops training instead of mixing
-sums: within a backward pass the hook must see buckets 0, 1, 2, ...; the layout (bucket sizes
-and dtypes, in order) of each of the first two passes (DDP rebuilds its buckets once, after
-the first) is compared across ranks with one allgather on the model's process group when the
-next pass starts, and any later change of layout is refused. (Ranks whose first passes
-differ may stop earlier, on the allreduce timeout, since their fragments never pair up.)
-
-The bucket index is the allreduce key, so each bucket's block-floating-point exponents follow
-that bucket's own previous sum.
+The protocol needs the same tensors allreduced in the same order on every worker. `BucketOrder`
+checks it, so a broken assumption stops training instead of mixing sums: within a backward
+pass the hook must see buckets 0, 1, 2, ...; the layout of each of the first two passes (DDP
+rebuilds its buckets once) is compared across ranks with one allgather, and any later change
+is refused. The bucket index is the allreduce key, so each bucket's exponents follow its own.
 """
 
 # No `from __future__ import annotations` here: DDP checks the hook's annotations at run time

@@ -2,18 +2,15 @@
 
 The service that holds the store's lock (`api.store.lock`) leads: it schedules, and it is the
 switch's P4Runtime primary. Each time a service takes the lock it bumps the store's lease row
-(`take_lease`, key ``leader`` of the service state, in one transaction under the lock), and its
-election id is that epoch (`election_id`). Every new leader's id is therefore higher than any
-earlier leader's, so the switch takes it as primary at once and refuses the writes of an old
-leader that is still connected (PERMISSION_DENIED): the fence for the seconds in which an old
-leader that lost its lock has not noticed yet.
+(`take_lease`, in one transaction under the lock), and its election id is that epoch
+(`election_id`), so every new leader's id is higher than any earlier one's: the switch takes it
+as primary at once and refuses the writes of an old leader that has not yet noticed it lost
+its lock (PERMISSION_DENIED).
 
-`Campaign` is the thread that does the waiting: a standby tries the lock every `poll_s` and
-leads once it has it; a leader checks every `poll_s` that it still holds the lock, and steps
-down (back to standby) when it does not (PostgreSQL restarted, or ended its session). A leader
-that holds the lock but whose term is broken (`healthy` False: the switch restarted and its
-P4Runtime session is gone) steps down too, and campaigns again at once: the next term connects
-the switch anew and re-syncs it from the store, as a takeover does.
+`Campaign` is the thread that waits: a standby tries the lock every `poll_s` and leads once it
+has it; a leader checks every `poll_s` that it still holds the lock, and steps down when it
+does not. A leader whose term is broken (`healthy` False: the switch restarted) steps down
+too and campaigns again at once, so the next term connects and re-syncs the switch.
 """
 
 from __future__ import annotations

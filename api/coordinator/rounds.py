@@ -7,76 +7,11 @@ transaction flushed and hands them over once it commits. `ActiveJobs.to_apply` d
 waits that change nothing and picks the few jobs the other decisions write, so that a queued
 job whose reason did not change is neither applied nor loaded as an ORM object
 (`api.coordinator.jobstore.SqlJobStore` answers for the others' unchanged jobs from their rows).
-`JobWaiters`
-lets an async request wait for a job to change (a worker joining a queued job) without holding
-a thread.
-
-Profile, before (``python -m bench.api --quick``, 50 clients, atp, in-memory switch; a
-sampler of every thread's stack in the service process; 2 cores shared with other work):
-14.7-15.0 submissions/s, p99 30.5 s, 19-26 of 500 requests failed, on SQLite and PostgreSQL.
-Every POST /jobs held its session (a pooled connection) while it waited for the decision round
-it asked for (``reschedule(wait=True)``); 50 clients took all 30 connections and the decide
-thread waited 30 s for one. With 300 jobs (no pool exhaustion): 94/s, p99 2.1 s; request
-threads spent 90% of their samples waiting for rounds, and each round selected every active
-row and built a view of it; at 5,000 active jobs a round also loaded every queued job as an ORM
-object, to write the reason it already had (185-250 ms a round, 1-3 s after a change of many
-reasons). Joins slept in a request thread (``time.sleep(0.2)`` for up to 5 s).
-
-After: POST /jobs answers once the job is stored (``queued``, ``queue_reason`` ``scheduling``)
-and asks for a round without waiting; its session lives inside one thread hop. The join waits
-on `JobWaiters`. A round re-reads only changed rows and loads only the jobs it changes: 2-8 ms
-at 100-1,000 active jobs, 43-53 ms at 5,000 (4,000 queued), against 126-185 ms for the same
-round after a full read. Under load the service is CPU-bound, about 3.5 ms of CPU per
-submission: the job store (in-process, no load: 0.5 ms to check the token, 0.9 ms to insert and
-commit on SQLite), FastAPI and h11, and the rounds; SQLite writers no longer sleep in its busy
-handler (`api.store.db`). Figures in the README (``bench.api``).
-
-Profile, 2026-12-06 (bench.api's paced load, 500/s, on a machine about 1.5x slower than the day
-before): a service that decides nothing (its rounds stubbed out) answered 99% within 18-37 ms
-on SQLite (seven runs), with rounds 108-153 ms. The rounds' cost grew with the jobs submitted
-since the last one, not only with the active jobs: at 5,000 active jobs a round cost 30 ms
-after 5 new ones and 68 ms after 50 (SQLite, median of 30). A backlog behind a full switch job
-table had every queued job applied again each round: an admission that could not happen (no
-free id) reserved memory, released it and compared its reason, and a new job that would wait
-for an id was loaded alone (``Session.get``). `to_apply` now leaves both out, the round flushes
-nothing before its commit (a flush on SQLite took the one write lock, and the submissions'
-writer waited for it until the commit), and job events are built only while somebody follows
-the stream: 41 ms after 50 new jobs, 23-26 ms after 5. What is left grows with the active jobs:
-the policy's decision and the passes over every view (quotas, aging, reasons), 2-5 ms each at
-5,000 jobs on that machine.
-
-Profile, 2026-12-07 (each step of that round timed, 5,000 queued jobs of a tenant at its job
-limit): the tenant quota (`hold_back`, which built a wait for every held-back job) and
-`to_apply` (which compared each wait with the reason its row holds) took 15 and 18 of the
-round's 43 ms. Each tenant's queued and holding jobs are now kept here, `hold_back` works per
-tenant on them, and `quota_waits` leaves out the waits already applied for the same reason to
-jobs whose rows have not changed since; the held-back jobs are not offered to the policy, as
-before, and no view is built for them. A queue reason is forgotten as its job leaves the queue
-(`take_unqueued`), not by rebuilding the reasons each round. The same round took 6.7-7.4 ms
-on SQLite and 10-12 ms on PostgreSQL against 22-23 and 30-46 before (`bench.api`'s round
-table, old and new code run alternately).
-
-Under `bench.api`'s paced load (500/s, SQLite; each round and tick timed from a
-`sitecustomize`, not committed) the paced p99 then still came in stalls of 100-130 ms every
-1.5-2 s: rounds of 330, 390, 640, 900 ms. The pause after a round (three times its time) let
-the submissions of the next 1-3 s gather behind it, and each new job cost the round a read of
-its row, an ORM load and an UPDATE of its reason, then a second read of the row it had written.
-The pause is now bounded (`api.coordinator.scheduling.ROUND_PAUSE_MAX_S`), and a queued job's new
-reason
-is written for all such jobs in one statement, without loading them
-(`api.coordinator.jobstore.SqlJobStore.write_reasons`): rounds of 16-23 ms of CPU every 150 ms, no
-stalls
-of that kind. A service whose rounds were stubbed out answered 99% within 28-31 ms on that
-machine; what is left is the submission path and the rounds sharing one GIL near one core.
-
-Profile, 2026-12-07 later (cProfile around each round under that load, PostgreSQL, the machine
-less loaded than that morning): 70 rounds took 3.5 s (50 ms each under the
-profiler), 2.2 s of it in `write_reasons` waiting on PostgreSQL for one UPDATE for each job
-(psycopg's executemany), and 0.8 s in `refresh`, half of it reading again the rows the round
-had just written. A reason is shared by many jobs, so `write_reasons` now sends one UPDATE for
-each reason, which returns the rows it wrote (``RETURNING``), and `reasons_written` holds them
-without a second read: 120 rounds took 2.4 s in the same profile (20 ms each; `refresh` 6 ms
-against 11).
+Each tenant's queued and holding jobs are kept here too: `hold_back` works per tenant on them,
+and `quota_waits` leaves out waits already applied for the same reason to unchanged rows. A
+queue reason is forgotten as its job leaves the queue (`take_unqueued`). `JobWaiters` lets an
+async request wait for a job to change (a worker joining a queued job) without holding a
+thread. The figures this gives are in ``docs/performance.md`` (``python -m bench.api``).
 """
 
 from __future__ import annotations

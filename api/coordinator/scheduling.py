@@ -276,16 +276,10 @@ class Coordinator:
             with self._cv:
                 self._done = target
                 self._cv.notify_all()
-            # A pause lets a burst of requests gather behind the next round: part of a round's
-            # cost grows with the active jobs, whatever the number it admits. Pausing for
-            # ROUND_PAUSE times what the round took keeps rounds to at most a quarter of the
-            # process's time under load (half left 500 submissions/s queueing behind rounds
-            # over 3,000 active jobs, bench.api), at the price of a later decision: a round
-            # of 10 ms is followed by one 40 ms later. The pause is bounded (so rounds longer
-            # than ROUND_PAUSE_MAX_S / ROUND_PAUSE take more than that quarter): part of a
-            # round's cost grows with the jobs submitted since the last one, and an unbounded
-            # pause fed itself under load (a round of 300 ms, 900 ms of submissions gathering
-            # behind it, a round of 640 ms, ...: bench.api's paced load, 2026-12-07).
+            # Part of a round's cost grows with the active jobs, so a pause of ROUND_PAUSE times
+            # the round keeps rounds to about a quarter of the process's time under load, at
+            # the price of a later decision. Another part grows with the jobs submitted since
+            # the last round, so an unbounded pause would feed itself: ROUND_PAUSE_MAX_S caps it.
             took = time.perf_counter() - started
             self._stop.wait(min(max(ROUND_GAP_S, ROUND_PAUSE * took), ROUND_PAUSE_MAX_S))
 

@@ -1,27 +1,13 @@
 """Job submissions written in batches: one transaction for every submission that arrived while
 the last batch was being written (group commit), on one writer thread.
 
-Profile (``python -m bench.api``, 50 clients, SQLite, uvloop and httptools; a sampler of the
-thread holding the GIL in the service process, 2026-12-05 14:15 UTC): a submission written in
-its own transaction on a request thread took 21% of the process's time in the ORM's flush and
-commit, 9% to check its token in its own session, and 14% to hop to a worker thread and back.
-In-process, writing jobs one per transaction cost 370 us each, 175 us in batches of 4 and 99 us
-in batches of 16 (session set-up, the unit of work and the commit are paid once a batch).
-Under the paced load (500/s, 2026-12-06, rounds stubbed out) the writer thread took 62% of a
-core and the HTTP thread 38%; in the writer, building the token query and the ORM's unit of
-work each cost about as much as the database's own work. The jobs now go in one Core INSERT
-(`api.store.crud.insert_jobs`) and the token query is built once: CPU per job (`_write_together`
-in-process, median of 5 x 200 jobs, old and new interleaved, 2026-12-06 21:15 UTC) on SQLite
-1,064-1,196 -> 803-895 us alone, 451-463 -> 268-290 in batches of 4, 188-230 -> 124-129 in
-batches of 16; on PostgreSQL 1,539-1,695 -> 1,217-1,456, 700-712 -> 451-663, 303-321 -> 209-216.
-
 A request (`Submissions.submit`, awaited on the event loop: no request thread) hands over its
 token and body; the writer takes every submission waiting, checks their tokens in one read and
-each size, inserts the new jobs and commits once, then answers each request on its own loop.
-(Checking each token in its own query flushed the jobs added before it, one INSERT each: on
-PostgreSQL that was half of the writer's time, py-spy, 2026-12-05 19:14 UTC.) What one submission
-does wrong (an unknown token, a size over the limit) is answered to it alone. A batch whose
-commit fails is written again one submission per transaction, so a failure stays with the
+each size, inserts the new jobs in one Core INSERT (`api.store.crud.insert_jobs`) and commits
+once, then answers each request on its own loop. Session set-up, the unit of work and the
+commit are paid once a batch, and the token query is built once. What one submission does
+wrong (an unknown token, a size over the limit) is answered to it alone. A batch whose commit
+fails is written again one submission per transaction, so a failure stays with the
 submission that caused it. Two submissions of one tenant with the same ``Idempotency-Key`` in
 one batch make one job: the second gets it as a retry would (``join_token`` None).
 """

@@ -4,16 +4,13 @@ Two services on one store would both re-sync its jobs onto a switch and both dec
 A service takes the store's lock before it touches the store, and holds it until it stops: a
 file lock beside a SQLite file (``inasched.db.lock``, which names the holder), a session
 advisory lock on PostgreSQL (keyed by database and schema; the holder is found in
-``pg_stat_activity``). Both go away with the process that held them, even a killed one: its
-kernel closes the socket, and PostgreSQL ends the session at once.
+``pg_stat_activity``). Both go away with the process that held them, even a killed one.
 
 A host that dies, or a network that parts it from PostgreSQL, closes nothing: the lock session
-turns on TCP keepalives at both ends (`KEEPALIVE`), so PostgreSQL ends it, and frees the lock,
-within about ``idle + interval * count`` seconds (8 s) of the last word from the holder, and the
-holder's `StoreLock.alive` turns False within as long. A standby (`api.coordinator.leader`) takes
-the lock
-then; the old holder, which may still reach the switch, is fenced off there by the new leader's
-higher P4Runtime election id.
+turns on TCP keepalives at both ends (`KEEPALIVE`), so PostgreSQL frees the lock within about
+``idle + interval * count`` seconds (8 s) of the last word from the holder, and the holder's
+`StoreLock.alive` turns False within as long. A standby (`api.coordinator.leader`) takes the
+lock then; the old holder is fenced off at the switch by the new leader's higher election id.
 """
 
 from __future__ import annotations

@@ -2,23 +2,17 @@
 
 esa differs from atp in two switch mechanisms and one scheduler choice; the ablations of
 `scheduler.ablations` switch them on one at a time, and the average JCTs of the chain
-
-    atp -> esa-nopreempt -> esa (levels by arrival, ``fifo``) -> esa (levels by --set priority)
-
-telescope to atp / esa: each step's ratio (> 1: the step made jobs faster) is that step's
-factor of esa's gain, and the three multiply to it exactly.
+atp -> esa-nopreempt -> esa (``fifo`` levels) -> esa (the run's priority) telescope to
+atp / esa, so each step's ratio is that step's factor of esa's gain:
 
 - **release**: atp / esa-nopreempt. The switch frees an aggregator when its sum completes
   instead of after the PS round trip; nothing is preempted.
-- **preemption**: esa-nopreempt / esa with ``fifo`` levels. Higher levels evict partial sums,
-  with levels that carry no knowledge of the jobs' work (the earliest arrival wins).
-- **priority**: esa with ``fifo`` levels / esa. The priority function's levels instead of
-  arrival order (1 when the run's priority function is ``fifo`` itself).
+- **preemption**: esa-nopreempt / esa with ``fifo`` levels (the earliest arrival wins).
+- **priority**: esa with ``fifo`` levels / esa (1 when the run's function is ``fifo``).
 
-When esa-norelease ran too, the other order is shown beside it: preemption first (atp /
-esa-norelease), then release (esa-norelease / esa). Where the two orders give a mechanism
-different factors, the mechanisms interact (release makes room that preemption then takes, or
-the other way round).
+When esa-norelease ran too, the other order is shown beside it (atp / esa-norelease, then
+esa-norelease / esa). Where the two orders give a mechanism different factors, the
+mechanisms interact.
 """
 
 from __future__ import annotations

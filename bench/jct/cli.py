@@ -1,29 +1,18 @@
-"""``inasched bench jct`` (``python -m bench.jct``): job completion time of the memory policies
-on one workload.
+"""``inasched bench jct`` (``python -m bench.jct``): the memory policies' JCT on one workload.
 
     inasched bench jct --workload philly --policies static,atp,esa --out results/philly --sim
-    inasched bench jct --workload philly:week2.csv --out results/week2
-    inasched bench jct --workload synthetic-1000 --out results/mem --sweep memory=8192,16384,20000
-    inasched bench jct --workload philly --out results/grid --sweep memory=1024,4096,16384 \
-        --sweep load=1,4,8 --set ps_gbps=100
-    inasched bench jct --workload philly --policies atp,esa-nopreempt,esa-norelease,esa --out ab
+    inasched bench jct --workload synthetic-1000 --out results/mem --sweep memory=8192,16384
     inasched bench jct --workload synthetic-10 --out results/emu --emu
 
-Every policy runs on the same jobs with the same `BenchParams` (see `bench.jct.params`, each
-value with its source); the policies and the ablations of esa (``--sim`` only) are the
-registry's (`scheduler.registry`). The output folder gets ``summary.json``, ``jobs.csv`` (one
-row per job and policy), ``jct_cdf.png``, ``avg_jct.png``, ``memory_utilisation.png`` and
-``report.md``; with atp, esa-nopreempt and esa among the policies, the summary and the report
-also decompose esa's gain over atp (`bench.jct.ablation`). A sweep adds one such folder per
-value, ``sweep.csv`` (one row per value) and ``cpu.csv`` (the CPU seconds of each point's
-runs); two ``--sweep`` run their grid, one folder and one row per point
-(``memory=4096,load=4``), and draw heatmaps of esa's ratios to atp and static
-over it (`bench.jct.grid`). With
-``--service URL --token T`` the run is also stored in the service (``POST /bench/runs``) so the
-dashboard shows it. Back-ends: ``--sim`` (default) drives ``scheduler.simulator`` at full
-scale; ``--emu`` runs the real service, soft switch, PS and worker processes on loopback
-(`bench.jct.emu`). A bad argument is one line on stderr and exit status 2; ``--out`` must be
-a new or empty folder unless ``--force`` is given.
+Every policy runs on the same jobs with the same `BenchParams` (`bench.jct.params`, each
+value with its source). The output folder gets ``summary.json``, ``jobs.csv``, the plots and
+``report.md``; with atp, esa-nopreempt and esa among the policies, esa's gain over atp is
+decomposed (`bench.jct.ablation`). ``--sweep`` adds a folder per value, ``sweep.csv`` and
+``cpu.csv``; two ``--sweep`` run their grid and draw heatmaps (`bench.jct.grid`). With
+``--service URL --token T`` the run is also stored in the service. ``--sim`` (default) drives
+``scheduler.simulator``; ``--emu`` runs real processes on loopback (`bench.jct.emu`). A bad
+argument is one line on stderr and exit status 2; ``--out`` must be a new or empty folder
+unless ``--force`` is given.
 """
 
 from __future__ import annotations

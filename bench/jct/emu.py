@@ -1,40 +1,18 @@
 """The ``--emu`` back-end: the real service, soft switch, PS and worker processes on loopback.
 
-For each policy a fresh service (``api.http.app.create_app``, embedded soft switch and PS, its own
-SQLite store in a temporary folder) is served by uvicorn in a thread of this process. Jobs are
-submitted over REST at their (time-compressed) arrival times; each job's workers are separate
-processes running ``workers.worker.main`` (``inasched worker --service URL --job ID --token T
---model M --scale S --compute-scale C``: the worker takes gradient size and compute time from
-its model's row of the model table, so `S` and `C` turn them into the scaled job's). The
-worker processes are started, and have imported numpy and httpx, before the first job is
-submitted, so interpreter start-up is not counted in any JCT. JCTs are read back from the
-service's job store (``GET /jobs``, ``jct_s`` = finished - submitted, so it includes the
-workers' join and REST round trips); ``GET /switch`` is polled for memory utilisation.
+For each policy a fresh service (``api.http.app.create_app``, embedded soft switch and PS, its
+own SQLite store) is served by uvicorn in a thread of this process. Jobs are submitted over
+REST at their (time-compressed) arrival times; each job's workers are ``inasched worker``
+processes, started and warmed before the first submission so interpreter start-up is not in
+any JCT, scaled with ``--scale`` and ``--compute-scale``. JCTs are read back from the store
+(``jct_s`` = finished - submitted); ``GET /switch`` is polled for memory utilisation.
 
-The workload is scaled down so a run takes minutes on 2 cores (`emu_workload`): the first
-`EMU_JOBS` jobs, at most `EMU_WORKERS` workers each, gradients divided by `GRAD_DIVISOR`, at
-most `EMU_ITERATIONS` iterations, arrivals compressed to one every `ARRIVAL_GAP_S` seconds.
-The scaled workload is written to the output folder as ``workload.csv`` so that ``--sim``
-can run exactly the same jobs (the validation of --sim against --emu, `bench.jct.validate`).
-
-Configurations (``--emu-config NAME``, `EMU_CONFIGS`; the report lists the one used). Each is
-an `EmuConfig`: the scaling above and the emulated switch's pool and window.
-
-``default`` (the constants below): gradients large enough that an allreduce is a visible
-share of a JCT; the pool (256) holds four static partitions. bench/results/emu-validation
-(2026-12-03) found it CPU-bound: static first, esa and atp within noise.
-
-``memory`` (`MEMORY`): jobs contend for aggregator memory. The same 8 jobs send 4x less (so
-the loopback's cores stay mostly idle) and the pool is scaled with the jobs to a fixed share of
-what they ask for: ``aggregators = jobs x window x MEMORY_SHARE`` (`MEMORY` gives each value
-and why). A job's time is then its compute (the worker sleeps: no CPU), its allreduce, and how
-long it waits for memory: static jobs wait for one of the two partitions (held through the
-job's compute too); atp's fragments take the PS round trip, an atp aggregator stays held until
-the PS result passes back, and colliding fragments bypass to the PS; esa releases a complete
-aggregator at once and lets the job with the least remaining work preempt.
-bench/results/emu-memory (10 interleaved runs, 2026-12-05): static's jobs spend over half their
-JCT queued for a partition, esa beats static 2.2-2.4x in 10 of 10 runs and atp in 9 of 10,
-by only 0.98-1.11x (median 1.02); the cores were 0.22-0.64 busy (`CpuUse`, in each report).
+The workload is scaled down so a run takes minutes on 2 cores (`emu_workload`) and written to
+the output folder as ``workload.csv``, so that ``--sim`` can run the same jobs. Configurations
+(``--emu-config``, `EMU_CONFIGS`): ``default``, gradients large enough that an allreduce is a
+visible share of a JCT, which the loopback's CPU binds; ``memory`` (`MEMORY`), 4x smaller
+gradients and a pool of ``jobs x window x MEMORY_SHARE``, so that jobs contend for aggregator
+memory while the cores stay mostly idle. Figures: ``docs/evaluation.md``.
 """
 
 from __future__ import annotations

@@ -1,28 +1,17 @@
 """Repeated ``--emu`` runs of one workload, interleaved, and how often esa beats each baseline.
 
-    python -m bench.jct.series --workload synthetic-10 --emu-config memory --runs 10 \
-        --out DIR [--seed 0] [--policies static,atp,esa] [--summarise]
+    python -m bench.jct.series --workload synthetic-10 --emu-config memory --runs 10 --out DIR
 
-The loopback's run-to-run spread (5-15% per policy on 2 shared cores) is as large as the
-differences between policies, so one run says little. This runs the emulation `--runs` times
-(``DIR/run-01``, ...: each a whole ``bench.jct --emu`` output folder), every policy in every
-run, with the policy order rotated by one each run (static,atp,esa; atp,esa,static; ...) so
-that a slow stretch of the machine does not always fall on the same policy. Then it counts, per
-baseline, the runs in which esa's average JCT is lower (``esa_over_atp`` > 1) and reports the
-spread of each ratio (min, median, max) and of the CPU's busy share
-(`bench.jct.results.CpuUse`). A run folder that already holds a ``summary.json`` is kept, so
-an interrupted series resumes; ``--summarise`` only reads the folders there are.
-
-``DIR/series.json``::
-
-    {"runs": [{"folder", "order", "avg_jct": {policy: s}, "ratios": {...},
-               "cpu_busy_share": {policy: share}}, ...],
-     "wins": {"esa_over_atp": {"wins", "runs", "min", "median", "max"}, ...},
-     "parameters": {...}}   # the first run's, so the emu.* configuration
-
-and ``DIR/series.md`` the same as tables. The runs pair up (each ran every policy on the same
-jobs), so ``bench.jct.validate --emu-out DIR/run-01 --repeats DIR/run-02 ...`` validates
-``--sim`` against them.
+The loopback's run-to-run spread is as large as the differences between policies, so one run
+says little. This runs the emulation `--runs` times (``DIR/run-01``, ...), every policy in
+every run, the policy order rotated by one each run so that a slow stretch of the machine
+does not always fall on the same policy. It counts, per baseline, the runs in which esa's
+average JCT is lower and reports the spread of each ratio and of the CPU's busy share. A run
+folder that already holds a ``summary.json`` is kept, so an interrupted series resumes;
+``--summarise`` only reads the folders there are. ``DIR/series.json`` holds ``runs``,
+``wins`` and ``parameters``; ``DIR/series.md`` the same as tables. The runs pair up, so
+``bench.jct.validate --emu-out DIR/run-01 --repeats DIR/run-02 ...`` validates ``--sim``
+against them.
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """A ``--sim`` run's own check of the fluid model.
 
-The fluid model (`scheduler.simulator`) is validated against the fragment-level simulator
-(`scheduler.fragsim`) on seeded cases (`scheduler.validate`), but a run's workload may sit in
-a regime those cases miss. So every ``--sim`` report also runs both simulators on a scaled-down
-slice of its own workload, with its own parameters, and reports the gap per policy:
-
-- the slice is the `SLICE_JOBS` consecutive arrivals that arrive closest together (the
-  workload's densest moment);
-- each job keeps its workers; its gradient is cut to at most `MAX_WINDOWS` windows of
-  fragments and its compute time by the same factor (so the share of its time it
-  communicates stays as it was), and it runs at most `MAX_ITERATIONS` iterations;
-- arrivals and ``aging_s`` shrink by the slice's median time factor (so the jobs overlap and
-  age as they did);
-- the pool shrinks with the number of jobs: to ``aggregators x slice jobs / the run's mean
-  number of running jobs`` (at least one static partition), so that the jobs' combined windows
-  press on it as the whole run's do;
-- everything else (window, lanes, link, PS rate and processes, priority, levels, switch rate)
-  is the run's.
+The fluid model is validated against the fragment-level simulator on seeded cases
+(`scheduler.validate`), but a run's workload may sit in a regime those cases miss. So every
+``--sim`` report also runs both simulators on a scaled-down slice of its own workload, with
+its own parameters: the `SLICE_JOBS` consecutive arrivals closest together; each job's
+gradient cut to at most `MAX_WINDOWS` windows and its compute time by the same factor, at most
+`MAX_ITERATIONS` iterations; arrivals and ``aging_s`` shrunk by the slice's median time factor;
+the pool shrunk with the number of jobs (at least one static partition), so the jobs' windows
+press on it as the whole run's do; everything else the run's.
 
 The gap is ``(fluid - fragment) / fragment`` of the mean JCT; `scheduler.validate.BOUND` (5%)
 is the bound the fluid model is held to.

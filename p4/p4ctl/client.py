@@ -1,33 +1,18 @@
 """`SwitchClient`: the `SwitchBackend` over P4Runtime, for the soft switch or any target.
 
-Built on p4runtime-shell's `P4RuntimeClient` (one object per switch; none of the shell's
-module-level state). The shell's handshake calls ``sys.exit`` when the switch does not answer;
-that is caught here and raised as `SwitchUnavailable`, as is every other lower-layer error
-mapped onto `p4ctl.errors`::
-
-    client = SwitchClient("127.0.0.1:9559", aggregators=4096, lanes=64)
-    client.install_job(JobInstall(3, Policy.ESA, 4, ps=Endpoint("127.0.0.1", 9556)))
-    client.add_worker(3, 0, Endpoint("127.0.0.1", 40001))
-    client.occupancy().runs()      # [(start, length, job, state), ...]
-    client.close()
+Built on p4runtime-shell's `P4RuntimeClient`, one object per switch (none of the shell's
+module-level state). The shell's ``sys.exit`` on an unanswered handshake is raised as
+`SwitchUnavailable`, as is every other lower-layer error mapped onto `p4ctl.errors`.
 
 A job's priority is a parameter of its ``job_table`` entry, so running jobs needs no register
 write, which PI (BMv2's P4Runtime server) refuses. Occupancy and reclaim use `registers`:
-P4Runtime where the switch serves register reads (one wildcard read per array), else BMv2's
-Thrift runtime (`register_thrift`), else none, and `registers_unavailable` says what is lost.
-With `device_config` (for BMv2 the JSON p4c-bm2-ss writes) the pipeline push carries the
-program; a switch that runs no program and got none is refused with how to load it.
-
-What the switch holds is the truth: the client reads the port table, the worker table and the
-job table when it connects, so a restarted service resumes with the switch as it left it. The
-first `install_job` of a client also installs (or rewrites) clone session `CLONE_SESSION`, which
-the P4 program's two-packet cases need.
-
-Election: the client arbitrates with `election_id` (high, low); the switch makes it primary if
-that is at least the highest election id it has seen, else a backup, which may read but whose
-writes raise `NotPrimary`. ``election_id=None`` connects as a backup that gives no election id
-(a reader: it never takes primacy from a running service). `is_primary` follows the switch's
-arbitration updates on the stream.
+P4Runtime where the switch serves register reads, else BMv2's Thrift runtime, else none
+(`registers_unavailable` says what is lost). What the switch holds is the truth: the client
+reads the port, worker and job tables when it connects, so a restarted service resumes with
+the switch as it left it; its first `install_job` also installs clone session `CLONE_SESSION`.
+Election: with `election_id` (high, low) the switch makes it primary if that is at least the
+highest it has seen, else a backup whose writes raise `NotPrimary`; ``election_id=None`` is a
+reader that never takes primacy. `is_primary` follows the arbitration updates on the stream.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """The compiled data path: which one runs, and burst UDP I/O for the switch, workers and PS.
 
-Two data paths move datagrams (``INASCHED_DATAPATH``):
-
-- ``engine`` (the default): the C extension ``p4ctl._engine``, built by the project's
-  ``pip install``. It receives and sends datagrams in bursts (``recvmmsg``/``sendmmsg``, with
-  UDP GRO on receive and GSO on send where the kernel has them) and runs the switch's packet
-  pass over the same numpy registers, tables and counters the P4Runtime server reads and
-  writes (``p4ctl.engine_state``).
-- ``python``: the reference path, one ``recvfrom``/``sendto`` and one `p4ctl.rule` call per
-  datagram. The simulators always use the Python rule.
-
-If the extension is missing (not built, or a platform without ``recvmmsg``), `datapath` says
-so once in the log and answers ``python``. `Burst` is the buffer set one socket owner uses::
+Two data paths move datagrams (``INASCHED_DATAPATH``): ``engine`` (the default), the C
+extension ``p4ctl._engine``, which receives and sends datagrams in bursts
+(``recvmmsg``/``sendmmsg`` with UDP GRO and GSO where the kernel has them) and runs the
+switch's packet pass over the same numpy registers, tables and counters the P4Runtime server
+reads and writes (``p4ctl.engine_state``); and ``python``, one ``recvfrom``/``sendto`` and one
+`p4ctl.rule` call per datagram. If the extension is missing, `datapath` says so once in the
+log and answers ``python``. `Burst` is the buffer set one socket owner uses::
 
     burst = Burst(slots=1024, stride=HEADER_SIZE + 4 * lanes)
     n, lost = burst.recv(sock, wait=False)          # rows 0..n-1 of burst.rows, burst.sizes

@@ -1,23 +1,18 @@
 """The soft switch's P4Runtime gRPC service (the P4Runtime 1.6.0 protos of ``p4``).
 
 Supported: Capabilities; Set/GetForwardingPipelineConfig (only the inasched P4Info for this
-switch's sizing is accepted; anything else is refused with INVALID_ARGUMENT naming the first
-difference); Write/Read of table entries, registers, counters, multicast groups and clone
-session `CLONE_SESSION` (`p4ctl.replication`); StreamChannel with arbitration as P4Runtime specifies
-it for the default role: a controller whose election id is at least the highest the switch has
-seen becomes primary, every other one is a backup (ALREADY_EXISTS while there is a primary,
-NOT_FOUND when there is none, e.g. after the primary's stream ended), every controller hears of
-each change of primary, an election id already in use or another device id ends the stream
-(INVALID_ARGUMENT, NOT_FOUND), and a Write or pipeline change whose election id is not the
-primary's is refused with PERMISSION_DENIED; anyone may Read. Per-update Write errors travel
-as P4Runtime specifies: status UNKNOWN with a ``google.rpc.Status`` of one ``p4.v1.Error`` per
-update in the trailing metadata.
+switch's sizing, else INVALID_ARGUMENT naming the first difference); Write/Read of table
+entries, registers, counters, multicast groups and clone session `CLONE_SESSION`;
+StreamChannel with arbitration as P4Runtime specifies it for the default role: the highest
+election id seen is primary, every other controller a backup, every controller hears of each
+change of primary, and a Write or pipeline change not from the primary is refused with
+PERMISSION_DENIED; anyone may Read. Per-update Write errors travel as status UNKNOWN with one
+``p4.v1.Error`` per update in the trailing metadata.
 
-Two options make the service answer as PI, the P4Runtime server of BMv2's ``simple_switch_grpc``,
-does, so that the control plane is tested against that target without it:
-``serve_registers=False`` refuses every RegisterEntry with UNIMPLEMENTED and PI's words (a read
-as a whole, a write as that update); ``needs_device_config=True`` takes a P4Info with an empty
-device config, as BMv2 started without a program does, then fails every read with UNKNOWN.
+Two options make it answer as PI (BMv2's ``simple_switch_grpc``) does, so the control plane is
+tested against that target without it: ``serve_registers=False`` refuses every RegisterEntry
+with UNIMPLEMENTED; ``needs_device_config=True`` takes a P4Info with an empty device config,
+then fails every read with UNKNOWN.
 """
 
 from __future__ import annotations

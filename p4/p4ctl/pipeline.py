@@ -6,15 +6,11 @@ leaves to UDP endpoints through the multicast groups and the port table. It retu
 datagrams to send as ``[(bytes, (host, udp_port)), ...]``; the data plane (`p4ctl.dataplane`)
 does the socket I/O, `p4ctl.backend.InMemorySwitch` and the tests call it directly.
 
-Two data paths (``p4ctl.engine``): on ``python`` each packet runs through `p4ctl.rule` here;
-on ``engine`` (the default) the compiled pass of ``p4ctl.switch_engine`` runs the same rule
-over this pipeline's registers and counters (numpy arrays then) and over arrays rebuilt from
-the tables at every write; `handle_burst` feeds it many datagrams at once, and `handle` is a
-burst of one, so both paths answer the same calls.
-
-The tables are dicts written by the control plane (`p4ctl.p4rt_service` or
-`InMemorySwitch`); a single dict assignment is atomic under the GIL, so the data plane reads
-them without a lock.
+On the compiled data path (``p4ctl.engine``) the pass of ``p4ctl.switch_engine`` runs the same
+rule over this pipeline's registers and counters (numpy arrays) and over arrays rebuilt from
+the tables at every write; `handle_burst` feeds it many datagrams, and `handle` is a burst of
+one. The tables are dicts written by the control plane; a single dict assignment is atomic
+under the GIL, so the data plane reads them without a lock.
 """
 
 from __future__ import annotations

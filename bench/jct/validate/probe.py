@@ -47,7 +47,7 @@ PROBE_WORKERS = 2
 # window of 32): the most jobs static runs at once, so no probe queues, and about as many as
 # the emulated workload has in the system (about 5). The probes compute like its jobs
 # (`PROBE_COMPUTE`), so they load the 2 cores as it does. Two probes that only communicated
-# (the fit until 2026-12-03) ranked esa first where the loopback ranks static first: they
+# ranked esa first where the loopback ranks static first: they
 # measure the shared policies' CPU cost per fragment at a load far below the workload's.
 PROBE_JOBS = EMU_AGGREGATORS // (COPIES_PER_SLOT * partition_slots(EMU_WINDOW))
 PROBE_COMPUTE = "workload"

@@ -2,7 +2,6 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-12-02 11:35:04.039029
 """
 
 from __future__ import annotations

@@ -2,7 +2,6 @@
 
 Revision ID: 0002
 Revises: 0001
-Create Date: 2026-12-04 19:00:00
 """
 
 from __future__ import annotations

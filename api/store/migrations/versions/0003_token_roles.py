@@ -6,7 +6,6 @@ key to a table) copies the table, while PostgreSQL alters it in place.
 
 Revision ID: 0003
 Revises: 0002
-Create Date: 2026-12-04 19:20:00
 """
 
 from __future__ import annotations

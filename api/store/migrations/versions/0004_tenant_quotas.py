@@ -4,7 +4,6 @@ Both nullable: an existing tenant keeps the service's default quota until an adm
 
 Revision ID: 0004
 Revises: 0003
-Create Date: 2026-12-05 05:20:00
 """
 
 from __future__ import annotations
