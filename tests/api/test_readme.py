@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from api.settings import Settings
+from tests.api.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -217,12 +218,6 @@ class _Shell:
             assert process.returncode == 0, (process.args, out, err)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def shell(tmp_path: Path) -> Iterator[_Shell]:
     """A shell in `tmp_path` whose ``inasched`` is this checkout's, beside a real ``inasched
@@ -234,7 +229,7 @@ def shell(tmp_path: Path) -> Iterator[_Shell]:
     shim.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith("INASCHED_")}
     env["PATH"] = f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    port = _free_port()
+    port = free_port(socket.SOCK_STREAM)
     up = subprocess.Popen(
         [sys.executable, "-m", "cli", "up", "--port", str(port)],
         cwd=tmp_path,
