@@ -80,8 +80,14 @@ def test_the_validation_page_states_the_emu_validation_as_its_report_does() -> N
 def test_the_readme_is_a_product_readme() -> None:
     text = _readme()
     assert len(text.splitlines()) <= 300
-    assert re.search(r"\b20\d\d-\d\d-\d\d\b|\bUTC\b|load average", text) is None
     assert "INASCHED_DATAPATH" not in text
+
+
+@pytest.mark.parametrize("page", [README, *sorted(DOCS.glob("*.md"))], ids=lambda p: p.name)
+def test_no_page_keeps_a_run_history(page: Path) -> None:
+    """Pages state the current figure with its command: no dates, times or machine loads."""
+    text = page.read_text(encoding="utf-8")
+    assert re.search(r"\b20\d\d-\d\d-\d\d\b|\bUTC\b|load average", text) is None
 
 
 def _anchors(page: Path) -> set[str]:
