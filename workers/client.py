@@ -27,12 +27,10 @@ pending allreduces fail with `AllreduceTimeout` and the client is broken: nothin
 Concurrency. One I/O thread per client owns the socket and every `Transfer`; callers only
 submit and wait.
 
-Data paths. How the I/O thread moves datagrams is chosen once per client by
-``p4ctl.engine.datapath()`` (``INASCHED_DATAPATH``), or the `datapath` argument:
-``workers.burst_io.BurstIO`` (``engine``, the default: bursts with UDP GSO/GRO through the
-compiled extension, numpy bookkeeping per burst) or ``workers.datagram_io.DatagramIO``
-(``python``: a datagram per system call). Both take the decisions above and keep the same
-`ClientStats`.
+Datagrams. The I/O thread moves them in bursts through the compiled engine
+(``workers.burst_io.BurstIO``: sendmmsg with UDP GSO, recvmmsg with UDP GRO, numpy bookkeeping
+per burst), and the engine's codec quantizes and dequantizes them (``Transfer``). With `gso`
+off every datagram leaves on its own (a switch behind an interface that does not segment).
 """
 
 from __future__ import annotations
@@ -50,12 +48,10 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from p4ctl import engine
 
 from workers.burst_io import BurstIO
-from workers.datagram_io import DatagramIO
 from workers.errors import ClientClosed
-from workers.fragment_io import FragmentIO
+from workers.options import ClientOptions
 from workers.rendezvous import WorkerJoin
 from workers.transfer import Transfer
 
@@ -66,16 +62,6 @@ log = logging.getLogger(__name__)
 # Results of a whole window can arrive in one burst (a multicast per fragment); a small
 # receive buffer would drop them and cost a retransmission timeout each.
 _RCVBUF = 8 * 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class ClientOptions:
-    """Timing of one client: give-up timeout, and bounds of the retransmission timeout."""
-
-    timeout_s: float = 10.0
-    initial_rto_s: float = 0.5
-    min_rto_s: float = 0.2
-    max_rto_s: float = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,13 +76,6 @@ class ClientStats:
     bytes_switch: int
     bytes_ps: int
     ignored: int  # late duplicates, foreign or malformed datagrams
-
-
-# The I/O of each data path of ``p4ctl.engine.datapath()``.
-_DATAPATHS: dict[str, Callable[[WorkerJoin, socket.socket, ClientOptions], FragmentIO]] = {
-    "engine": BurstIO,
-    "python": DatagramIO,
-}
 
 
 def open_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
@@ -177,9 +156,8 @@ class AllreduceClient:
 
     `sock` is the bound UDP socket the worker joined with (default: a new one on
     ``join.data_host:join.data_port``, or an ephemeral loopback port); the client owns it and
-    `close` closes it. `options` sets the give-up and retransmission timeouts. `datapath`
-    (``"engine"`` or ``"python"``; None: ``p4ctl.engine.datapath()``) picks how datagrams move,
-    and the attribute of the same name says which one runs.
+    `close` closes it. `options` sets the give-up and retransmission timeouts; `gso` (default
+    on) whether runs of datagrams leave as UDP GSO messages (``p4ctl.engine.Burst``).
     """
 
     def __init__(
@@ -188,13 +166,10 @@ class AllreduceClient:
         *,
         sock: socket.socket | None = None,
         options: ClientOptions | None = None,
-        datapath: str | None = None,
+        gso: bool = True,
     ) -> None:
         self.join = join
         self.options = options or ClientOptions()
-        self.datapath = engine.resolve_datapath(datapath)
-        # The engine path quantizes and dequantizes in compiled code too (`Transfer.codec`).
-        self._codec = engine.engine_module() if self.datapath == "engine" else None
         self._sock = sock or open_socket(join.data_host or "127.0.0.1", join.data_port or 0)
         self._sock.setblocking(False)
         self._wake_r, self._wake_w = socket.socketpair()
@@ -206,7 +181,7 @@ class AllreduceClient:
         self._closing = False
         self._broken: BaseException | None = None
         try:  # owned by the I/O thread from here on
-            self._io = _DATAPATHS[self.datapath](join, self._sock, self.options)
+            self._io = BurstIO(join, self._sock, self.options, gso=gso)
         except BaseException:
             for owned in (self._sock, self._wake_r, self._wake_w):
                 owned.close()
@@ -254,7 +229,6 @@ class AllreduceClient:
                 self._next_seq,
                 self.join.fan_in,
                 self._last_by_key.get(full_key),
-                self._codec,
             )
             self._last_by_key[full_key] = transfer
             self._next_seq += transfer.fragments

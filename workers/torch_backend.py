@@ -8,7 +8,8 @@ A training script adds one import and names the backend::
 and runs under ``torchrun`` as usual (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), with the
 job's coordinates in the environment: ``INASCHED_SERVICE`` (the service's base URL),
 ``INASCHED_JOB`` (the job id) and ``INASCHED_JOIN_TOKEN``; ``INASCHED_DATA_HOST`` is the
-address each rank binds its UDP socket to (default 127.0.0.1; the switch must reach it).
+address each rank binds its UDP socket to (default 127.0.0.1; the switch must reach it), and
+``INASCHED_GSO=off`` sends every datagram on its own (a switch behind a veth or TAP).
 Every rank joins the job through the service (``workers.rendezvous.join``: a queued job is
 waited for) and then heartbeats in a thread (``workers.worker.Reporter``); the job's
 ``n_workers`` must be the world size.
@@ -39,6 +40,7 @@ with no result at all for that long, pending and later allreduces fail with
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import threading
@@ -48,11 +50,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from p4ctl.gso_option import GSO_ENV, parse_switch
 from torch._C import _distributed_c10d as c10d
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, Store
 
-from workers.client import AllreduceClient, ClientOptions, open_socket
+from workers.client import AllreduceClient, open_socket
 from workers.errors import RendezvousError
+from workers.options import ClientOptions
 from workers.rendezvous import join
 from workers.torch_hook import SWITCH_DTYPES, allreduce_future
 from workers.worker import Reporter
@@ -184,6 +188,14 @@ def _environment(name: str) -> str:
     return value
 
 
+def _gso() -> bool:
+    """``INASCHED_GSO`` (on or off; default on), read as the job's other variables are."""
+    try:
+        return parse_switch(os.environ.get(GSO_ENV, "on"))
+    except argparse.ArgumentTypeError as exc:
+        raise RendezvousError(f"{GSO_ENV}={exc}") from None
+
+
 def _create(store: Store, rank: int, world_size: int, timeout: timedelta) -> InaschedProcessGroup:
     """`init_process_group("inasched")`: join the job named by the environment."""
     service, token = _environment(SERVICE_ENV), _environment(TOKEN_ENV)
@@ -202,7 +214,7 @@ def _create(store: Store, rank: int, world_size: int, timeout: timedelta) -> Ina
             "submit the job with n_workers equal to the world size"
         )
     options = ClientOptions(timeout_s=timeout.total_seconds())
-    client = AllreduceClient(joined, sock=sock, options=options)
+    client = AllreduceClient(joined, sock=sock, options=options, gso=_gso())
     reporter = Reporter(service, joined, token, client.close)
     log.info("rank %d joined job %d as worker %d", rank, job_id, joined.worker_id)
     return InaschedProcessGroup(rank, world_size, client=client, gloo=gloo, reporter=reporter)
