@@ -201,6 +201,7 @@ class ParameterServer:
         self._sock.setblocking(False)
         try:
             self._io = _BurstIO(self._sock, gso=gso)
+            self.gso = gso
         except BaseException:
             self._sock.close()
             raise
