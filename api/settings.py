@@ -70,6 +70,12 @@ class Settings(BaseSettings):
         "pushed with the P4Info",
     )
     ps: str | None = Field(default=None, description="HOST:PORT of an external PS; else embedded")
+    # A switch behind a veth, a TAP or BMv2 takes a GSO run as one long datagram and drops it.
+    gso: bool = Field(
+        default=True,
+        description="the embedded switch and PS send runs of datagrams as UDP GSO messages; "
+        "off: one datagram per message",
+    )
     # A PS serves only jobs the service registers (workers.ps_control), never one a packet names.
     ps_control: str | None = Field(
         default=None,

@@ -49,7 +49,7 @@ __all__ = ["build_parser", "main"]
 # when used, so `inasched up` does not pay for torch or the benchmark harness.
 DELEGATES = {
     "switch": "p4ctl.softswitch",
-    "ps": "workers.ps",
+    "ps": "cli.ps",
     "worker": "workers.worker",
     "bench": "bench.jct.cli",
 }

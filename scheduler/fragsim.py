@@ -104,7 +104,7 @@ class _FragmentSim:
             seed=cfg.seed,
         )
         # Lanes carry no values here: the simulation follows packets, not sums.
-        self.backend = InMemorySwitch(cfg.pool.aggregators, 0, datapath="python")
+        self.backend = InMemorySwitch(cfg.pool.aggregators, 0, rule=True)
         self.table = JobTable(sched, cfg.window, self.backend)
         # Preemption on a switch rule that has none (module doc).
         self.preempt_on_atp = sched.policy.preempts and sched.policy.switch_rule() == "atp"

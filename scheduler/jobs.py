@@ -93,7 +93,7 @@ class JobResult:
 class JobTable:
     """Job records keyed by id: the simulators' `JobStore`, with the applier that drives it.
 
-    `switch` is the simulated switch (an `InMemorySwitch` on the Python data path by default).
+    `switch` is the simulated switch (an `InMemorySwitch` running `p4ctl.rule` by default).
     """
 
     def __init__(
@@ -106,7 +106,7 @@ class JobTable:
         # finished jobs cost nothing per event.
         self.live: dict[int, JobRecord] = {}
         pool = scheduler.pool
-        self.switch = switch or InMemorySwitch(pool.aggregators, 0, datapath="python")
+        self.switch = switch or InMemorySwitch(pool.aggregators, 0, rule=True)
         self.applier = DecisionApplier(backend=self.switch, pool=pool, ps=SIMULATED_PS)
 
     @property

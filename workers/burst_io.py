@@ -1,18 +1,28 @@
-"""The compiled data path of the client (the default): fragments move in bursts.
+"""What the client's I/O thread owns: the send window, the transfers, and burst UDP I/O.
+
+`BurstIO` holds the transfers in flight and the send window over their sequence numbers:
+``low`` (the lowest seq without a result) ``<= send_seq`` (the next to send first) ``<=
+assigned`` (one past the last seq of an accepted transfer), with ``send_seq < low + window``.
+The client drives one turn at a time: `accept`, `send_new`, wait for the socket up to
+`wait_time`, `receive`, `on_timers`, `expired`; the decisions (retransmission timeout,
+back-off, fast retransmit, the stalled rule, exactly-once results) are stated in the
+``workers.client`` module docstring.
 
 Sending. The datagrams of a `Transfer` are built contiguously (``Transfer.datagrams``), so
 every fragment the window lets out of one transfer leaves in one ``Burst.send``: sendmmsg,
 with consecutive same-size datagrams to the switch merged into UDP GSO messages (up to 64
-segments each). Resends are copied into one buffer, flagged RESEND with one array operation,
-and sent the same way.
+segments each; the wire sees the same datagrams), or with `gso` off one datagram per message.
+Resends are copied into one buffer, flagged RESEND with one array operation, and sent the
+same way.
 
-Receiving. UDP GRO is on for the socket, and one ``Burst.recv`` takes what is queued. The
-burst is checked with numpy through ``protocol.HEADER_DTYPE`` (size, version, lanes, kind,
-job, a sequence sent and not yet answered), and ``Transfer.take_many`` stores the first result
-of each fragment; malformed or foreign datagrams and duplicates count as ignored.
+Receiving. UDP GRO is turned on for the socket, and one ``Burst.recv`` takes what is queued
+(coalesced segments come back one row each). The whole burst is checked with numpy through
+``protocol.HEADER_DTYPE`` (size, version, lanes, kind RESULT or PS_RESULT, job, a sequence
+sent and not yet answered), and ``Transfer.take_many`` stores the lanes, exponent and raw flag
+of the first result of each fragment. Everything else counts as ignored: malformed or foreign
+datagrams and duplicates, from earlier bursts or the same one.
 
-`Inflight` keeps send times, attempts and deadlines in arrays over the window, and takes the
-decisions of `workers.fragment_io` a burst at a time.
+Bookkeeping. `Inflight` keeps send times, attempts and deadlines in arrays over the window.
 """
 
 from __future__ import annotations
@@ -20,24 +30,36 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 from p4ctl.engine import Burst, pack_address
 from p4ctl.protocol import HEADER_DTYPE, HEADER_SIZE, VERSION, Flag, Kind
 
-from workers.fragment_io import REORDER, FragmentIO
+from workers.errors import AllreduceTimeout
 from workers.inflight import Inflight
+from workers.options import ClientOptions
 from workers.rendezvous import WorkerJoin
+from workers.retransmit import RetransmitTimer
+from workers.transfer import Sender, Transfer
 
-if TYPE_CHECKING:
-    from workers.client import ClientOptions
-
-__all__ = ["BurstIO"]
+__all__ = ["REORDER", "STAT_NAMES", "BurstIO"]
 
 log = logging.getLogger(__name__)
 
+# A fragment overtaken by this many later ones is presumed lost (fast retransmit).
+REORDER = 8
+# The counters of `workers.client.ClientStats`, in its field order.
+STAT_NAMES = (
+    "sent",
+    "resent",
+    "fast_resent",
+    "results_switch",
+    "results_ps",
+    "bytes_switch",
+    "bytes_ps",
+    "ignored",
+)
 # Messages one receive may take (the kernel's recvmmsg batch in the engine). A GRO message
 # holds up to 64 KiB of segments, so the burst has rows for that many full messages.
 _MESSAGES = 64
@@ -47,13 +69,34 @@ _RESULT = int(Kind.RESULT)
 _PS_RESULT = int(Kind.PS_RESULT)
 
 
-class BurstIO(FragmentIO):
-    """Bursts through ``p4ctl.engine.Burst`` (see the module docstring)."""
+class BurstIO:
+    """The send window, transfers and bursts of one client (see the module docstring).
 
-    def __init__(self, join: WorkerJoin, sock: socket.socket, options: ClientOptions) -> None:
-        super().__init__(join, sock, options)
+    `counts` holds the `ClientStats` counters (single ints, read by other threads unlocked).
+    `gso` as ``p4ctl.engine.Burst`` takes it.
+    """
+
+    def __init__(
+        self, join: WorkerJoin, sock: socket.socket, options: ClientOptions, *, gso: bool = True
+    ) -> None:
+        self.join = join
+        self.sock = sock
+        self.options = options
+        self.switch = (socket.gethostbyname(join.switch[0]), join.switch[1])
+        self.window = join.window_limit()
+        self.sender = Sender(join.switch_job_id, join.worker_id, join.placement)
+        self.datagram_size = HEADER_SIZE + 4 * join.lanes
+        self.transfers: list[Transfer] = []
+        self.assigned = 0
+        self.send_seq = 0
+        self.low = 0
+        self.answered = -1  # highest seq with a result
+        self.timer = RetransmitTimer(options.initial_rto_s, options.min_rto_s, options.max_rto_s)
+        self.last_progress = time.monotonic()
+        self.last_timeout_resend = float("-inf")
+        self.counts = dict.fromkeys(STAT_NAMES, 0)
         stride = self.datagram_size
-        self._burst = Burst(slots=_MESSAGES * max(1, _GRO_BYTES // stride), stride=stride)
+        self._burst = Burst(slots=_MESSAGES * max(1, _GRO_BYTES // stride), stride=stride, gso=gso)
         if not self._burst.enable_gro(sock):
             log.debug("UDP GRO refused; results come one datagram per message")
         self._inflight = Inflight(self.window, self.timer)
@@ -62,15 +105,79 @@ class BurstIO(FragmentIO):
         self._addrs = np.full(self.window, pack_address(self.switch), np.int64)
         self._resends = np.empty((self.window, stride), np.uint8)
 
+    # ------------------------------------------------------------------ the window
+
+    def accept(self, transfer: Transfer) -> None:
+        """Take a submitted transfer into the window (its seqs follow the last one's)."""
+        if transfer.fragments == 0:
+            return
+        if self.oldest_inflight() is None and self.send_seq == self.assigned:
+            self.last_progress = time.monotonic()  # idle until now: the clock starts here
+        self.transfers.append(transfer)
+        self.assigned = transfer.end_seq
+
+    def transfer_of(self, seq: int) -> Transfer | None:
+        """The transfer that owns `seq`, or None."""
+        for t in self.transfers:  # a handful of buckets in flight: a scan beats an index
+            if t.first_seq <= seq < t.end_seq:
+                return t
+        return None
+
+    def advance_low(self) -> None:
+        """Move `low` past every sequence with a result; drop transfers left behind."""
+        while self.transfers:
+            t = self.transfers[0]
+            # Results come nearly in order, so the first gap is near `low`: look a window at a
+            # time rather than over the rest of a tensor of perhaps 10^5 fragments.
+            at = self.low - t.first_seq
+            while at < t.fragments:
+                ahead = t.done[at : at + 4 * self.window]
+                gap = int(np.argmin(ahead))
+                if not ahead[gap]:
+                    self.low = t.first_seq + at + gap
+                    return
+                at += ahead.size
+            self.low = t.end_seq
+            self.transfers.pop(0)
+
+    def patience(self) -> float:
+        """How long a fragment overtaken by later results waits before a fast retransmit."""
+        srtt = self.timer.srtt
+        return 2 * srtt if srtt is not None else self.options.min_rto_s
+
+    def expired(self, now: float) -> AllreduceTimeout | None:
+        """The error to fail everything with when no result came for `timeout_s`, else None."""
+        timeout_s = self.options.timeout_s
+        if now - self.last_progress <= timeout_s:
+            return None
+        oldest = self.oldest_inflight()
+        if oldest is None:
+            return None
+        seq, attempts = oldest
+        switch = f"{self.switch[0]}:{self.switch[1]}"
+        # Named by the service's job id, the one its user knows (not the switch's).
+        return AllreduceTimeout(self.join.job_id, seq, timeout_s, attempts, switch)
+
+    def fail(self, error: BaseException, pending: list[Transfer]) -> None:
+        """End every transfer (in flight and `pending`) with `error`; the window empties."""
+        for t in self.transfers + pending:
+            t.finish(error)
+        self.transfers.clear()
+        self.clear_inflight()
+        self.send_seq = self.low = self.assigned
+
     def oldest_inflight(self) -> tuple[int, int] | None:
+        """``(seq, attempts)`` of the oldest fragment in flight, or None when none is."""
         return self._inflight.oldest(self.low, self.send_seq)
 
     def clear_inflight(self) -> None:
+        """Forget every fragment in flight and its timer."""
         self._inflight.clear()
 
     # ---------------------------------------------------------------------- sending
 
     def send_new(self) -> None:
+        """Send every fragment the window allows that was not sent yet."""
         while self.send_seq < self.assigned and self.send_seq < self.low + self.window:
             seq = self.send_seq
             t = self.transfer_of(seq)
@@ -112,6 +219,7 @@ class BurstIO(FragmentIO):
     # -------------------------------------------------------------------- receiving
 
     def receive(self) -> None:
+        """Take what the socket holds (a bounded amount, so timers still run under a flood)."""
         try:
             count, lost = self._burst.recv(self.sock, wait=False)
         except OSError as exc:  # e.g. ICMP port unreachable from a dead switch
@@ -165,6 +273,7 @@ class BurstIO(FragmentIO):
     # ----------------------------------------------------------------------- timers
 
     def wait_time(self, now: float) -> float:
+        """Seconds the thread may sleep before `on_timers` has something to do (at most 0.5)."""
         wait = min(0.5, self._inflight.next_deadline() - now)
         limit = self.answered - REORDER
         if self.low < limit:  # else nothing in flight is overtaken (all of it is >= low)
@@ -173,6 +282,7 @@ class BurstIO(FragmentIO):
         return max(0.0, wait)
 
     def on_timers(self, now: float) -> None:
+        """Timeout resends, then fast retransmits."""
         inflight = self._inflight
         if inflight.next_deadline() <= now:
             due = inflight.due(

@@ -3,16 +3,33 @@
     >>> client = AllreduceClient(join)            # join: a `workers.rendezvous.WorkerJoin`
     >>> total = client.allreduce(np.ones(1000, np.float32))   # every worker's sum, float32
 
-A tensor is cut into fragments of k lanes; sequence numbers run on across allreduces, and every
-worker allreduces the same tensors in the same order, so a seq names one fragment everywhere.
-Fragments are block-floating-point quantized (`workers.quant`, which states the error bound);
-at most W are in flight, seq going out only once every result up to ``seq - W`` is in. The
-aggregator index comes from the job's placement (``p4ctl.rule``). A fragment without a result
-after the retransmission timeout (Karn's rule, exponential back-off) is resent with RESEND,
-one overtaken by several later results at once (fast retransmit). With no result at all for
-`timeout_s`, pending allreduces fail with `AllreduceTimeout`: nothing hangs. One I/O thread
-per client owns the socket and every `Transfer` (`workers.fragment_io`); callers only submit
-and wait.
+How a tensor travels. It is cut into fragments of k lanes (the switch's k); fragment i of the
+allreduce whose first sequence number is ``s`` is ``seq = s + i``, and sequence numbers run on
+across allreduces (per job, monotonic), so several allreduces can be in flight at once (DDP
+buckets) without mixing: every worker of a job allreduces the same tensors in the same order,
+so the same seq means the same fragment everywhere. Fragments are block-floating-point
+quantized (``workers.quant``; the error bound is stated there), at most W are in flight, and a
+worker sends ``seq`` only once it has the result of every sequence up to ``seq - W`` (a
+sliding window; for static W is at most the partition's slots, see
+``WorkerJoin.window_limit``). The aggregator index comes from the job's placement
+(``p4ctl.rule.static_index`` / ``hashed_index``). Sums come back as RESULT from the switch or
+PS_RESULT from the PS, and are dequantized into the output.
+
+Loss. A fragment without a result after the retransmission timeout is sent again with RESEND
+(the switch then flushes the partial sum to the PS, or answers from its stored result), with
+exponential back-off. The timeout follows the measured round trip like TCP's (Karn's rule:
+retransmitted fragments are not sampled); a fragment overtaken by several later results is
+resent at once (fast retransmit), since a spurious resend costs a PS detour but a missed loss
+stalls the window. When no result at all arrives for `timeout_s` the
+pending allreduces fail with `AllreduceTimeout` and the client is broken: nothing hangs.
+
+Concurrency. One I/O thread per client owns the socket and every `Transfer`; callers only
+submit and wait.
+
+Datagrams. The I/O thread moves them in bursts through the compiled engine
+(``workers.burst_io.BurstIO``: sendmmsg with UDP GSO, recvmmsg with UDP GRO, numpy bookkeeping
+per burst), and the engine's codec quantizes and dequantizes them (``Transfer``). With `gso`
+off every datagram leaves on its own (a switch behind an interface that does not segment).
 """
 
 from __future__ import annotations
@@ -30,12 +47,10 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from p4ctl import engine
 
 from workers.burst_io import BurstIO
-from workers.datagram_io import DatagramIO
 from workers.errors import ClientClosed
-from workers.fragment_io import FragmentIO
+from workers.options import ClientOptions
 from workers.rendezvous import WorkerJoin
 from workers.transfer import Transfer
 
@@ -46,16 +61,6 @@ log = logging.getLogger(__name__)
 # Results of a whole window can arrive in one burst (a multicast per fragment); a small
 # receive buffer would drop them and cost a retransmission timeout each.
 _RCVBUF = 8 * 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class ClientOptions:
-    """Timing of one client: give-up timeout, and bounds of the retransmission timeout."""
-
-    timeout_s: float = 10.0
-    initial_rto_s: float = 0.5
-    min_rto_s: float = 0.2
-    max_rto_s: float = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,13 +75,6 @@ class ClientStats:
     bytes_switch: int
     bytes_ps: int
     ignored: int  # late duplicates, foreign or malformed datagrams
-
-
-# The I/O of each data path of ``p4ctl.engine.datapath()``.
-_DATAPATHS: dict[str, Callable[[WorkerJoin, socket.socket, ClientOptions], FragmentIO]] = {
-    "engine": BurstIO,
-    "python": DatagramIO,
-}
 
 
 def open_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
@@ -157,9 +155,8 @@ class AllreduceClient:
 
     `sock` is the bound UDP socket the worker joined with (default: a new one on
     ``join.data_host:join.data_port``, or an ephemeral loopback port); the client owns it and
-    `close` closes it. `options` sets the give-up and retransmission timeouts. `datapath`
-    (``"engine"`` or ``"python"``; None: ``p4ctl.engine.datapath()``) picks how datagrams move,
-    and the attribute of the same name says which one runs.
+    `close` closes it. `options` sets the give-up and retransmission timeouts; `gso` (default
+    on) whether runs of datagrams leave as UDP GSO messages (``p4ctl.engine.Burst``).
     """
 
     def __init__(
@@ -168,13 +165,10 @@ class AllreduceClient:
         *,
         sock: socket.socket | None = None,
         options: ClientOptions | None = None,
-        datapath: str | None = None,
+        gso: bool = True,
     ) -> None:
         self.join = join
         self.options = options or ClientOptions()
-        self.datapath = engine.resolve_datapath(datapath)
-        # The engine path quantizes and dequantizes in compiled code too (`Transfer.codec`).
-        self._codec = engine.engine_module() if self.datapath == "engine" else None
         self._sock = sock or open_socket(join.data_host or "127.0.0.1", join.data_port or 0)
         self._sock.setblocking(False)
         self._wake_r, self._wake_w = socket.socketpair()
@@ -186,7 +180,7 @@ class AllreduceClient:
         self._closing = False
         self._broken: BaseException | None = None
         try:  # owned by the I/O thread from here on
-            self._io = _DATAPATHS[self.datapath](join, self._sock, self.options)
+            self._io = BurstIO(join, self._sock, self.options, gso=gso)
         except BaseException:
             for owned in (self._sock, self._wake_r, self._wake_w):
                 owned.close()
@@ -234,7 +228,6 @@ class AllreduceClient:
                 self._next_seq,
                 self.join.fan_in,
                 self._last_by_key.get(full_key),
-                self._codec,
             )
             self._last_by_key[full_key] = transfer
             self._next_seq += transfer.fragments

@@ -1,15 +1,15 @@
-"""Fragments in flight on the compiled data path, as arrays over the send window.
+"""Fragments in flight, as arrays over the send window.
 
-The Python path keeps a dict entry and a heap deadline per fragment (``workers.datagram_io``);
-here the same state lives in three arrays indexed by ``seq mod capacity`` (a power of two at
-least the window, so the sequences in flight, all in ``[low, low + window)``, never share a
-slot): when the fragment was first sent, how many times it was resent (-1: not in flight) and
-its deadline. A burst of results, a span of first sends or a set of resends is one array
-operation. Nothing here reads the clock or touches a socket: callers pass ``now``.
+The state of the fragments in flight lives in three arrays indexed by ``seq mod capacity``
+(a power of two at least the window, so the sequences in flight, all in ``[low, low +
+window)``, never share a slot): when the fragment was first sent, how many times it was
+resent (-1: not in flight) and its deadline. A burst of results, a span of first sends or a
+set of resends is one array operation. Nothing here reads the clock or touches a socket:
+callers pass ``now``.
 
-The decisions are those of `RetransmitTimer` and ``DatagramIO``: attempt ``a`` waits
-``min(max_rto, rto * 2**a)`` from when it was armed, with the RTO of that moment; only
-fragments sent once give round-trip samples (Karn's rule), here one sample per burst.
+The timing is `RetransmitTimer`'s: attempt ``a`` waits ``min(max_rto, rto * 2**a)`` from when
+it was armed, with the RTO of that moment; only fragments sent once give round-trip samples
+(Karn's rule), here one sample per burst.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class Inflight:
     ) -> Timeouts:
         """Which fragments past their deadline are resent and which are held back.
 
-        As in ``DatagramIO._retransmit``, in deadline order: a fragment is held when nothing
+        In deadline order: a fragment is held when nothing
         came back since it was sent nor since the last timeout resend (the switch or a peer
         is stalled; only the oldest fragment in flight probes it), and every resend counts
         as the last timeout resend for the fragments after it.
@@ -140,7 +140,7 @@ class Inflight:
         return candidates
 
     def fast_wait(self, low: int, high: int, limit: int, now: float, patience: float) -> float:
-        """Seconds until `overtaken` has a candidate (at most 0.5), as ``DatagramIO._fast_wait``."""
+        """Seconds until `overtaken` has a candidate (at most 0.5)."""
         _, slots = self._span(low, min(high, max(low, limit)))
         once = np.flatnonzero(self.attempts[slots] == 0)
         if once.size == 0:

@@ -6,32 +6,50 @@ bypassed fragments, evicted and flushed partial sums, and complete sums (atp, an
 the switch's data address, which multicasts it to the job's workers and, in atp, frees the
 aggregator. Results are kept to answer resends until every worker has moved past them.
 
-The PS serves only jobs the service registered (`register_job`), never one a packet names, and
-takes packets only from that job's switch. Every packet is on a job's critical path except
-esa's completion copies, so it serves what the socket holds first and stores the copies when
-the socket is empty (at most `MAX_QUEUED_COPIES` wait; past that a copy is stored at once).
-Everything else is dropped and counted by reason (`PsCounters.drops`); memory stays bounded
-(`max_results`, `idle_timeout_s`). Datagrams move on the data path ``p4ctl.engine`` picks;
-the counters and both queues mean the same on either.
+Jobs. The PS serves only the jobs the service registered, never one a packet names: a packet
+can claim any job, fan-in and source. `register_job` (called by the service, which embeds a
+`ParameterServer` or reaches a PS of its own process through ``workers.ps_control``; or
+``inasched ps --job ID:FAN_IN[:POLICY[:WINDOW]] --switch HOST:PORT`` at launch) gives the
+job's fan-in, the switch's data address (the only source whose packets are taken, and where
+results go), the workers' window (for forgetting results, default `DEFAULT_WINDOW`,
+conservatively large) and whether the policy is esa (whose switch already multicast a sum it
+completed, so the PS only stores it).
+
+Two queues. Every packet the PS receives is on a job's critical path (a worker waits for the
+sum) except esa's completion copies: the switch already multicast those sums, and the PS keeps
+them only to answer resends. So the PS serves what the socket holds first and stores the copies
+when the socket is empty (`PsCounters.copies_queued` counts those waiting; past
+`MAX_QUEUED_COPIES` a copy is stored at once, so memory stays bounded). A copy that completes a
+sum a worker resent to the PS before the copy was stored is answered: that worker lacks it. The
+simulators serve the PS the same way (``scheduler.fragsim``).
+
+Everything else is dropped and counted by reason (`PsCounters.drops`): the decode reasons of
+``p4ctl.protocol.DropReason`` (bad_length, bad_version, bad_lanes, bad_kind), ``not_to_ps``
+(a kind other than TO_PS), ``unknown_job``, ``foreign_source`` (not the job's switch),
+``bad_fan_in``, ``bad_bitmap``, ``stale`` (a sequence whose result was already forgotten) and
+``overflow`` (more open sequences than `max_results`: memory stays bounded).
+
+I/O. Datagrams arrive in bursts (``recvmmsg`` with UDP GRO, ``p4ctl.engine.Burst``) as rows,
+each row goes through `_handle`, and a burst's replies leave in one ``sendmmsg`` (with `gso`,
+UDP GSO merges runs to one switch; off, one datagram per message, for a switch behind an
+interface that does not segment). A datagram longer than the largest supported one is cut,
+and dropped for the reason `decode` would give (``bad_lanes`` when its header is well formed,
+announcing more lanes than `SUPPORTED_LANES` allows); datagrams a burst had no room for (a
+sender segmenting more than 64 datagrams per send) are ``burst_full``.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
 import select
-import signal
 import socket
 import threading
 import time
 from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
-from p4ctl import engine
 from p4ctl.engine import Burst, pack_address, unpack_address
 from p4ctl.protocol import (
     HEADER_SIZE,
@@ -51,20 +69,15 @@ from workers.accumulator import JobLedger, is_esa_copy
 __all__ = [
     "DEFAULT_WINDOW",
     "MAX_QUEUED_COPIES",
-    "SECRET_ENV",
     "ParameterServer",
     "PsCounters",
-    "main",
 ]
 
 log = logging.getLogger(__name__)
 
-# The control channel's shared secret (``workers.ps_control``), when no --secret-file is given.
-SECRET_ENV = "INASCHED_PS_SECRET"
 # Unknown window: keep results until every worker is this many sequences past them. Larger
 # than any window the service hands out (W <= 1024 in-flight fragments), so never too early.
 DEFAULT_WINDOW = 1024
-_MAX_DATAGRAM = 65536
 _SWEEP_S = 0.2
 # esa copies waiting for an empty socket, at most (each holds one fragment's lanes).
 MAX_QUEUED_COPIES = 65536
@@ -76,7 +89,7 @@ _DRAIN_LIMIT = 1024
 # metaclass, a measurable share of the per-datagram cost.
 _TO_PS = Kind.TO_PS
 _ESA = Policy.ESA
-# A row of the engine path's bursts: the longest datagram any switch sends. A longer one is
+# A row of a burst: the longest datagram any switch sends. A longer one is
 # cut to this, and dropped by its real length.
 _ROW_BYTES = HEADER_SIZE + 4 * max(SUPPORTED_LANES)
 # Rows of a burst: 64 GRO messages of at most 64 datagrams each (a sender that segments as the
@@ -114,12 +127,12 @@ class _Job:
 
 
 class _BurstIO:
-    """The engine path's buffers for one socket: received rows ``[next, held)`` not yet
-    served, and rows for a burst of replies."""
+    """The buffers of one socket: received rows ``[next, held)`` not yet served, and rows for
+    a burst of replies."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, *, gso: bool) -> None:
         self.sock = sock
-        self.burst = Burst(_BURST_SLOTS, _ROW_BYTES)
+        self.burst = Burst(_BURST_SLOTS, _ROW_BYTES, gso=gso)
         self.burst.enable_gro(sock)
         self.rows = self.burst.rows.data.cast("B")
         self.next = self.held = 0
@@ -161,8 +174,7 @@ class _BurstIO:
 class ParameterServer:
     """An embeddable PS: `start`, `register_job`, `counters`, `stop` (see module docstring).
 
-    `datapath` (None: ``p4ctl.engine.datapath()``) picks the data path; the attribute of the
-    same name says which one serves, ``"engine"`` or ``"python"`` (the engine is not built).
+    `gso` (default on) sends runs of replies as UDP GSO messages (``p4ctl.engine.Burst``).
     """
 
     def __init__(
@@ -172,7 +184,7 @@ class ParameterServer:
         *,
         idle_timeout_s: float = 60.0,
         max_results: int = 8192,
-        datapath: str | None = None,
+        gso: bool = True,
     ) -> None:
         self.idle_timeout_s = idle_timeout_s
         self.max_results = max_results
@@ -185,8 +197,8 @@ class ParameterServer:
             raise
         self._sock.setblocking(False)
         try:
-            self.datapath = engine.resolve_datapath(datapath)
-            self._io = _BurstIO(self._sock) if self.datapath == "engine" else None
+            self._io = _BurstIO(self._sock, gso=gso)
+            self.gso = gso
         except BaseException:
             self._sock.close()
             raise
@@ -270,7 +282,7 @@ class ParameterServer:
         next_sweep = time.monotonic() + _SWEEP_S
         while not self._stopping:
             # Rows of a burst not yet served are datagrams still to read, as in the socket.
-            held = self._io is not None and self._io.next < self._io.held
+            held = self._io.next < self._io.held
             wait = 0.0 if self._copies or held else _SWEEP_S
             readable, _, _ = select.select([self._sock, self._wake_r], [], [], wait)
             if held or self._sock in readable:
@@ -283,27 +295,10 @@ class ParameterServer:
                 next_sweep = now + _SWEEP_S
 
     def _drain(self) -> None:
-        """Serve what the socket holds, at most 1024 datagrams (so the idle sweep still runs
-        under a flood); esa's copies among them wait in `_copies`."""
-        if self._io is not None:
-            self._drain_bursts(self._io)
-            return
-        for _ in range(_DRAIN_LIMIT):
-            try:
-                data, addr = self._sock.recvfrom(_MAX_DATAGRAM)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                log.debug("receive failed: %s", exc)
-                return
-            with self._lock:
-                reply = self._handle(data, addr)
-            if reply is not None:
-                self._send(*reply)
-
-    def _drain_bursts(self, io: _BurstIO) -> None:
-        """`_drain` on the engine path: the same datagrams, read a burst at a time; rows past
-        the turn's limit wait in the burst for the next turn."""
+        """Serve what the socket holds, a burst at a time and at most 1024 datagrams a turn
+        (so the idle sweep still runs under a flood); rows past the turn's limit wait in the
+        burst for the next turn, and esa's copies among them wait in `_copies`."""
+        io = self._io
         budget = _DRAIN_LIMIT
         while budget > 0:
             if io.next == io.held:
@@ -347,18 +342,7 @@ class ParameterServer:
                 job, pkt = self._copies.popleft()
                 if self._jobs.get(pkt.job) is job:  # else removed meanwhile, state and all
                     replies.append(self._accept(job, pkt))
-        if self._io is not None:
-            self._io.send([reply for reply in replies if reply is not None])
-            return
-        for reply in replies:
-            if reply is not None:
-                self._send(*reply)
-
-    def _send(self, data: bytes, addr: tuple[str, int]) -> None:
-        try:
-            self._sock.sendto(data, addr)
-        except OSError as exc:  # the worker's resend will ask again
-            log.debug("send to %s failed: %s", addr, exc)
+        self._io.send([reply for reply in replies if reply is not None])
 
     def _drop(self, reason: str) -> _Reply:
         """Count a dropped datagram; returns no reply, so `_handle` can ``return self._drop()``."""
@@ -366,7 +350,7 @@ class ParameterServer:
         return None
 
     def _handle_cut(self, head: memoryview, size: int) -> _Reply:
-        """Account a datagram of `size` bytes cut to its first bytes `head` (engine path): it
+        """Account a datagram of `size` bytes cut to its first bytes `head`: it
         is dropped for the reason `decode` gives its length and header, or as bad_lanes when
         those are well formed (more lanes than any supported k)."""
         self._received += 1
@@ -429,95 +413,3 @@ class ParameterServer:
                     continue
                 log.info("job %d idle for %.0f s: state freed", job_id, now - job.last_active)
                 job.ledger = None
-
-
-def _registration(text: str) -> tuple[int, int, Policy | None, int | None]:
-    parts = text.split(":")
-    if not 2 <= len(parts) <= 4:
-        raise argparse.ArgumentTypeError(f"--job {text!r}: expected ID:FAN_IN[:POLICY[:WINDOW]]")
-    policy = Policy.parse(parts[2]) if len(parts) > 2 and parts[2] else None
-    window = int(parts[3]) if len(parts) > 3 else None
-    return int(parts[0]), int(parts[1]), policy, window
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``inasched ps``: serve until SIGINT or SIGTERM; returns the exit status (0; 1 when it
-    cannot bind; 2 for a bad argument or secret)."""
-    from workers.ps_control import PsControlServer, load_secret
-
-    parser = argparse.ArgumentParser(prog="inasched ps", description=__doc__.split("\n")[0])
-    parser.add_argument("--host", default="127.0.0.1", help="address to receive on")
-    parser.add_argument("--port", type=int, default=9556, help="UDP port (default 9556)")
-    parser.add_argument("--idle-timeout", type=float, default=60.0, metavar="S")
-    parser.add_argument("--max-results", type=int, default=8192, help="kept per job, at most")
-    parser.add_argument(
-        "--job",
-        type=_registration,
-        action="append",
-        default=[],
-        help="serve this job from the start: ID:FAN_IN[:POLICY[:WINDOW]] (needs --switch)",
-    )
-    parser.add_argument("--switch", help="HOST:PORT, the switch's data address for --job jobs")
-    parser.add_argument(
-        "--control-port",
-        type=int,
-        help="TCP port where the service registers jobs (workers.ps_control); needs the "
-        "shared secret, from --secret-file or INASCHED_PS_SECRET",
-    )
-    parser.add_argument("--secret-file", type=Path, help="file holding the control secret")
-    parser.add_argument(
-        "--datapath",
-        choices=("engine", "python"),
-        help="burst or per-datagram I/O (default: INASCHED_DATAPATH, else engine)",
-    )
-    parser.add_argument("--log-level", default="INFO")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
-    if args.job and not args.switch:
-        parser.error("--job needs --switch HOST:PORT: a PS takes a job's packets only from it")
-    secret = b""
-    if args.control_port is not None:
-        try:
-            text = args.secret_file.read_text() if args.secret_file else os.environ.get(SECRET_ENV)
-            secret = load_secret(text)
-        except (OSError, ValueError) as exc:
-            parser.error(str(exc))
-    try:
-        ps = ParameterServer(
-            args.host,
-            args.port,
-            idle_timeout_s=args.idle_timeout,
-            max_results=args.max_results,
-            datapath=args.datapath,
-        )
-    except OSError as exc:
-        log.error("cannot bind %s:%d: %s", args.host, args.port, exc)
-        return 1
-    if args.switch:
-        host, _, port = args.switch.rpartition(":")
-        for job_id, fan_in, policy, window in args.job:
-            ps.register_job(job_id, fan_in, switch=(host, int(port)), window=window, policy=policy)
-    control = None
-    if args.control_port is not None:
-        try:
-            control = PsControlServer(ps, secret, args.host, args.control_port).start()
-        except OSError as exc:
-            log.error("cannot bind the control port %s:%d: %s", args.host, args.control_port, exc)
-            ps.stop()
-            return 1
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    with ps:
-        log.info("parameter server on %s:%d", *ps.address)
-        if control is not None:
-            log.info("control channel on %s:%d", *control.address)
-        while not stop.wait(10.0):
-            log.info("counters: %s", ps.counters())
-    if control is not None:
-        control.stop()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

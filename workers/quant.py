@@ -106,7 +106,8 @@ def exponents_from_peaks(
     peaks: npt.NDArray[np.float32], previous: npt.NDArray[np.int8]
 ) -> npt.NDArray[np.int8]:
     """`next_exponents` from each fragment's largest ``|sum|`` (NaN where a lane is NaN)."""
-    peak = peaks.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # a raw lane may hold a signaling NaN: any bits
+        peak = peaks.astype(np.float64)
     _, power = np.frexp(peak)  # peak < 2**power
     usable = np.isfinite(peak) & (peak > 0)
     chosen = np.clip(power + 1, MIN_EXPONENT, MAX_EXPONENT)

@@ -3,13 +3,18 @@
     inasched worker --job 3 --token T --service http://127.0.0.1:8000 [--model ResNet-50]
     inasched worker --config worker0.json [...]
 
-Each iteration sleeps for the model's compute time (the model table's, times
-`--compute-scale`) and then allreduces a gradient of the job's size (times `--scale`) through
-the switch. With a service the worker joins through REST (``workers.rendezvous``), heartbeats
-and reports progress; with ``--config`` it reads the join JSON from a file. A worker of a job
-still queued waits for its admission (at most `--queue-wait` seconds when given).
-``--service``, ``--job`` and ``--token`` default to ``INASCHED_SERVICE``, ``INASCHED_JOB`` and
-``INASCHED_JOIN_TOKEN``, the variables ``inasched launch`` gives its workers.
+Each iteration sleeps for the model's compute time (``scheduler`` model table: V100 forward +
+backward, times `--compute-scale`) and then allreduces a gradient of the job's size (of the
+model's size with an explicit `--model`; times `--scale`: the emulation benchmark shrinks
+gradients) through the switch. With a service, the
+worker joins through REST (``workers.rendezvous``), heartbeats every
+``heartbeat_interval_s`` and reports progress (iterations done, bytes aggregated in the switch
+and at the PS). With ``--config`` it reads the same join JSON from a file and talks to no
+service. A worker of a job still queued for switch memory waits for its admission (at most
+`--queue-wait` seconds when given). Without ``--config``, ``--service``, ``--job`` and
+``--token`` default to ``INASCHED_SERVICE``, ``INASCHED_JOB`` and ``INASCHED_JOIN_TOKEN``, the
+variables ``inasched launch`` gives the workers it starts under torchrun. ``--gso off`` (or
+``INASCHED_GSO=off``) sends every datagram on its own, for a switch behind a veth or TAP.
 
 Exit status, each with one line on stderr: 0 done; 3 the job was cancelled or failed; 4 no
 result within `--timeout`; 5 the worker could not join; 1 anything else; 2 bad arguments.
@@ -20,16 +25,20 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from typing import TextIO
 
 import httpx
 import numpy as np
+from p4ctl.gso_option import add_gso_argument
 
-from workers.client import AllreduceClient, ClientOptions, open_socket
+from workers.client import AllreduceClient, open_socket
 from workers.errors import AllreduceTimeout, ClientClosed, JobCancelled, RendezvousError
+from workers.options import ClientOptions
 from workers.rendezvous import WorkerJoin, join, load_config
 
 __all__ = ["Reporter", "main", "model_cost"]
@@ -202,11 +211,7 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds to wait while the job is queued for switch memory (default: no limit)",
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--datapath",
-        choices=("engine", "python"),
-        help="burst or per-datagram I/O (default: INASCHED_DATAPATH, else engine)",
-    )
+    add_gso_argument(parser)
     parser.add_argument("--log-level", default="WARNING")
     return parser
 
@@ -245,68 +250,92 @@ def _fail(status: int, message: str) -> int:
     return status
 
 
-def _run(args: argparse.Namespace) -> int:
+@dataclass(frozen=True, slots=True)
+class _Workload:
+    """What the worker emulates: `iterations` of `compute_s` seconds, then an allreduce of
+    `size` floats."""
+
+    model: str | None
+    iterations: int
+    size: int
+    compute_s: float
+
+
+def _joined(args: argparse.Namespace) -> tuple[WorkerJoin, socket.socket]:
+    """The join (from --config, or through the service) and the data socket it names."""
     if args.config:
         join_info = load_config(args.config)
-        sock = open_socket(join_info.data_host or args.host, join_info.data_port or 0)
-    else:
-        sock = open_socket(args.host, 0)
-        try:
-            join_info = join(
-                args.service,
-                args.job,
-                args.token,
-                sock.getsockname()[:2],
-                queue_wait_s=args.queue_wait,
-            )
-        except BaseException:
-            sock.close()
-            raise
+        return join_info, open_socket(join_info.data_host or args.host, join_info.data_port or 0)
+    sock = open_socket(args.host, 0)
+    try:
+        endpoint = sock.getsockname()[:2]
+        return join(
+            args.service, args.job, args.token, endpoint, queue_wait_s=args.queue_wait
+        ), sock
+    except BaseException:
+        sock.close()
+        raise
+
+
+def _workload(args: argparse.Namespace, join_info: WorkerJoin) -> _Workload:
+    """The job's workload, or an explicit --model's, scaled by --scale and --compute-scale."""
     model = args.model or join_info.model
-    iterations = args.iterations if args.iterations is not None else join_info.iterations
     cost = model_cost(model) if model else None
-    compute_s = cost[1] if cost else 0.0
     # The gradient is the job's size, which the service scheduled; only an explicit `--model`
     # (emulating that model's job, scaled by `--scale`) sizes it from the model table.
     grad_bytes = cost[0] if cost and args.model else join_info.gradient_bytes
-    size = max(1, int(grad_bytes * args.scale) // 4)
-    compute_s *= args.compute_scale
+    return _Workload(
+        model=model,
+        iterations=args.iterations if args.iterations is not None else join_info.iterations,
+        size=max(1, int(grad_bytes * args.scale) // 4),
+        compute_s=(cost[1] if cost else 0.0) * args.compute_scale,
+    )
+
+
+def _train(
+    client: AllreduceClient, reporter: Reporter | None, work: _Workload, grad: np.ndarray
+) -> None:
+    """The iterations: compute, allreduce, report progress; JobCancelled when the job ends."""
+    job_id = client.join.job_id
+    for it in range(work.iterations):
+        if work.compute_s:
+            time.sleep(work.compute_s)
+        try:
+            client.allreduce(grad * np.float32(1.0 / (1 + it)), key="grad", average=True)
+        except ClientClosed:
+            if reporter is not None and reporter.cancelled:
+                raise JobCancelled(job_id, reporter.cancelled) from None
+            raise
+        if reporter is not None:
+            if reporter.cancelled:
+                raise JobCancelled(job_id, reporter.cancelled)
+            reporter.progress(it + 1, client)
+    if reporter is not None:
+        reporter.deliver(FINAL_REPORT_S)
+
+
+def _run(args: argparse.Namespace) -> int:
+    join_info, sock = _joined(args)
+    work = _workload(args, join_info)
     client = AllreduceClient(
-        join_info,
-        sock=sock,
-        options=ClientOptions(timeout_s=args.timeout),
-        datapath=args.datapath,
+        join_info, sock=sock, options=ClientOptions(timeout_s=args.timeout), gso=args.gso
     )
     reporter = Reporter(args.service, join_info, args.token, client.close) if args.service else None
     rng = np.random.default_rng(args.seed + join_info.worker_id)
     # One random gradient, rescaled per iteration: generating fresh noise of a large model's
     # size every iteration would cost more than the allreduce being emulated.
-    grad = (rng.standard_normal(size) * 1e-2).astype(np.float32)
+    grad = (rng.standard_normal(work.size) * 1e-2).astype(np.float32)
     log.info(
         "job %d worker %d: %d iterations of %s (%d floats, %.3f s compute)",
         join_info.job_id,
         join_info.worker_id,
-        iterations,
-        model or "?",
-        size,
-        compute_s,
+        work.iterations,
+        work.model or "?",
+        work.size,
+        work.compute_s,
     )
     try:
-        for it in range(iterations):
-            if compute_s:
-                time.sleep(compute_s)
-            try:
-                client.allreduce(grad * np.float32(1.0 / (1 + it)), key="grad", average=True)
-            except ClientClosed:
-                if reporter is not None and reporter.cancelled:
-                    raise JobCancelled(join_info.job_id, reporter.cancelled) from None
-                raise
-            if reporter is not None:
-                if reporter.cancelled:
-                    raise JobCancelled(join_info.job_id, reporter.cancelled)
-                reporter.progress(it + 1, client)
-        if reporter is not None:
-            reporter.deliver(FINAL_REPORT_S)
+        _train(client, reporter, work, grad)
     finally:
         if reporter is not None:
             reporter.close()

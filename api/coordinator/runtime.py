@@ -321,6 +321,7 @@ def connect_switch(
             aggregators=settings.aggregators,
             lanes=settings.lanes,
             data=("127.0.0.1", settings.switch_data_port),
+            gso=settings.gso,
         ).start()
         closers.append(switch.stop)
         # Read and written over P4Runtime like any other target: on the upb protobuf runtime a
@@ -380,6 +381,6 @@ def start_ps(
         return DISCARD, None  # no data plane, so nothing will ever reach a PS
     from workers.ps import ParameterServer
 
-    ps = ParameterServer("127.0.0.1", 0).start()
+    ps = ParameterServer("127.0.0.1", 0, gso=settings.gso).start()
     closers.append(ps.stop)
     return Endpoint(*ps.address), ps

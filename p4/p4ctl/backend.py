@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from p4ctl.errors import SwitchError, UpdateError, WriteFailed
-from p4ctl.pipeline import Address, Pipeline
+from p4ctl.pipeline import Address, Pipeline, RulePipeline
 from p4ctl.protocol import MAX_JOBS, MAX_WORKERS, PS_WORKER_ID, AggState, DropReason, Policy
 from p4ctl.rule import JOB_COUNTERS, Cells, JobConfig, Registers, is_power_of_two
 
@@ -197,17 +197,17 @@ class InMemorySwitch:
     """A `SwitchBackend` that programs an in-process `Pipeline` directly.
 
     `pipeline` is public so that a simulator can pass datagrams through it
-    (``pipeline.handle(data, source)``) while the service-side code programs it; `datapath`
-    picks its data path (``"python"`` keeps the registers plain lists, as the rule is fastest
-    on one cell at a time).
+    (``pipeline.handle(data, source)``) while the service-side code programs it. It runs the
+    compiled pass (`Pipeline`); with `rule`, `p4ctl.rule` in Python over plain-list registers
+    (`RulePipeline`, the simulator's switch: the rule is fastest on one cell at a time).
     """
 
-    def __init__(
-        self, aggregators: int = 4096, lanes: int = 64, *, datapath: str | None = None
-    ) -> None:
+    def __init__(self, aggregators: int = 4096, lanes: int = 64, *, rule: bool = False) -> None:
         self.aggregators = aggregators
         self.lanes = lanes
-        self.pipeline = Pipeline(aggregators, lanes, datapath=datapath)
+        self.pipeline: Pipeline | RulePipeline = (RulePipeline if rule else Pipeline)(
+            aggregators, lanes
+        )
         self._ports = PortMap()
 
     @property
@@ -301,14 +301,14 @@ class InMemorySwitch:
 
 
 def occupancy_from(regs: Registers) -> Occupancy:
-    """`Occupancy` of a pipeline's registers (lists, or the numpy arrays of the compiled data
-    path: the answer holds plain ints either way, as JSON needs)."""
+    """`Occupancy` of a pipeline's registers (numpy arrays, or the lists of `RulePipeline`: the
+    answer holds plain ints either way, as JSON needs)."""
     return Occupancy(job=tuple(map(int, regs.agg_job)), state=tuple(map(int, regs.agg_state)))
 
 
 def counters_from(job_packets: Mapping[str, Cells], drops: Cells) -> SwitchCounters:
-    """`SwitchCounters` from per-name, per-job packet counts and per-reason drop counts (lists,
-    or the numpy arrays of the compiled data path: the answer holds plain ints either way)."""
+    """`SwitchCounters` from per-name, per-job packet counts and per-reason drop counts (numpy
+    arrays, or the lists of `RulePipeline`: the answer holds plain ints either way)."""
     jobs: dict[int, dict[str, int]] = {}
     for name in JOB_COUNTERS:
         for job, count in enumerate(job_packets[name]):

@@ -1,14 +1,12 @@
-"""The soft switch's UDP data plane: one socket, one thread, one packet pass per datagram.
+"""The soft switch's UDP data plane: one socket, one thread, bursts through the compiled pass.
 
 Every datagram arriving on the data address goes through one packet pass; what leaves is sent
-from the same socket, so workers and PS see results come from the switch's address. `stop`
-sets a flag and sends the socket an empty datagram to wake the thread.
-
-On the compiled data path (the pipeline's ``datapath``, ``p4ctl.engine``) the thread receives
-a burst (``recvmmsg``, UDP GRO), runs the compiled pass over all of it
-(`Pipeline.handle_burst`), and sends what leaves grouped by destination (``sendmmsg``, UDP GSO:
-the results of many fragments for one worker leave in one system call). On the Python path it
-blocks in ``recvfrom`` and calls `Pipeline.handle` per datagram, one ``sendto`` per output.
+from the same socket, so workers and PS see results come from the switch's address. The
+thread receives a burst (``recvmmsg``, UDP GRO), runs the compiled pass over all of it
+(`Pipeline.handle_burst`), and sends what leaves grouped by destination (``sendmmsg``; with
+`gso`, UDP GSO: the results of many fragments for one worker leave in one system call;
+without it, one datagram per message, for receivers behind an interface that does not
+segment). `stop` sets a flag and sends the socket an empty datagram to wake the thread.
 """
 
 from __future__ import annotations
@@ -28,22 +26,22 @@ __all__ = ["DataPlane", "send_order"]
 
 log = logging.getLogger(__name__)
 
-# Largest datagram we read: header + 1,024 lanes is 4,120 bytes; anything longer is malformed,
-# but we read it whole so that it is counted as BAD_LENGTH rather than truncated into a
-# plausible packet.
-MAX_DATAGRAM = 65535
 # Socket buffers sized for bursts of a few thousand fragments from many senders.
 SOCKET_BUFFER = 8 * 1024 * 1024
-# Datagrams received per burst on the compiled path: a window of fragments from a few
+# Datagrams received per burst: a window of fragments from a few
 # workers; the pass takes microseconds per burst, so a larger burst buys little.
 BURST_SLOTS = 1024
 
 
 class DataPlane:
-    """Serves `pipeline` on a UDP socket bound to `bind` (port 0 picks an ephemeral port)."""
+    """Serves `pipeline` on a UDP socket bound to `bind` (port 0 picks an ephemeral port);
+    `gso` as ``p4ctl.engine.Burst`` takes it."""
 
-    def __init__(self, pipeline: Pipeline, bind: Address = ("127.0.0.1", 0)) -> None:
+    def __init__(
+        self, pipeline: Pipeline, bind: Address = ("127.0.0.1", 0), *, gso: bool = True
+    ) -> None:
         self.pipeline = pipeline
+        self.gso = gso
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
@@ -57,8 +55,7 @@ class DataPlane:
         # Received datagrams the burst had no row for (a flood of tiny coalesced datagrams):
         # lost as on a full NIC ring; they reach no counter of the P4 program.
         self.overflow = 0
-        serve = self._serve_bursts if pipeline.datapath == "engine" else self._serve
-        self._thread = threading.Thread(target=serve, name="p4ctl-dataplane", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name="p4ctl-dataplane", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -75,34 +72,7 @@ class DataPlane:
         self._sock.close()
 
     def _serve(self) -> None:
-        recvfrom = self._sock.recvfrom
-        sendto = self._sock.sendto
-        handle = self.pipeline.handle
-        while True:
-            try:
-                data, source = recvfrom(MAX_DATAGRAM)
-            except OSError:
-                if self._stopping:
-                    return
-                raise
-            if self._stopping:
-                return
-            try:
-                sends = handle(data, source)
-            except Exception:
-                # A bug in one packet pass must not take the switch down for every job.
-                log.exception("packet pass failed on %d bytes from %s", len(data), source)
-                continue
-            for wire, destination in sends:
-                try:
-                    sendto(wire, destination)
-                except OSError as exc:
-                    # A full buffer or an unreachable port loses this datagram only, as a
-                    # congested switch port would; the protocol's resends recover it.
-                    log.debug("send to %s failed: %s", destination, exc)
-
-    def _serve_bursts(self) -> None:
-        burst = Burst(BURST_SLOTS, self.pipeline.lanes * 4 + 24)
+        burst = Burst(BURST_SLOTS, self.pipeline.lanes * 4 + 24, gso=self.gso)
         burst.enable_gro(self._sock)
         handle_burst = self.pipeline.handle_burst
         while True:

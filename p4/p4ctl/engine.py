@@ -1,24 +1,24 @@
-"""The compiled data path: which one runs, and burst UDP I/O for the switch, workers and PS.
+"""The compiled engine (``p4ctl._engine``): burst UDP I/O for the switch, workers and PS.
 
-Two data paths move datagrams (``INASCHED_DATAPATH``): ``engine`` (the default), the C
-extension ``p4ctl._engine``, which receives and sends datagrams in bursts
-(``recvmmsg``/``sendmmsg`` with UDP GRO and GSO where the kernel has them) and runs the
-switch's packet pass over the same numpy registers, tables and counters the P4Runtime server
-reads and writes (``p4ctl.engine_state``); and ``python``, one ``recvfrom``/``sendto`` and one
-`p4ctl.rule` call per datagram. If the extension is missing, `datapath` says so once in the
-log and answers ``python``. `Burst` is the buffer set one socket owner uses::
+The engine is the one data path: the C extension built by the project's ``pip install``
+receives and sends datagrams in bursts (``recvmmsg``/``sendmmsg``, with UDP GRO on receive and
+GSO on send where the kernel has them) and runs the switch's packet pass over the numpy
+registers, tables and counters the P4Runtime server reads and writes. Without it nothing runs:
+`engine_module` raises ImportError saying how to rebuild it. `Burst` is the buffer set one
+socket owner uses::
 
-    burst = Burst(slots=1024, stride=HEADER_SIZE + 4 * lanes)
+    burst = Burst(slots=1024, stride=HEADER_SIZE + 4 * lanes, gso=True)
     n, lost = burst.recv(sock, wait=False)          # rows 0..n-1 of burst.rows, burst.sizes
     burst.send(sock, rows, sizes, addrs, n)         # any rows, e.g. a transfer's datagrams
 
-Addresses are packed as one int64, ``(IPv4 as an int) << 16 | port`` (`pack_address`).
+With ``gso=False`` every row leaves as its own datagram (one ``sendmmsg`` entry, no
+``UDP_SEGMENT``): what a switch behind a veth, a TAP or any interface that does not segment
+must get (BMv2 drops a coalesced payload as BAD_LENGTH). Addresses are packed as one int64,
+``(IPv4 as an int) << 16 | port`` (`pack_address`).
 """
 
 from __future__ import annotations
 
-import logging
-import os
 import socket
 from types import ModuleType
 from typing import Any
@@ -28,62 +28,25 @@ import numpy.typing as npt
 
 __all__ = [
     "Burst",
-    "DATAPATH_ENV",
-    "datapath",
     "engine_module",
     "pack_address",
-    "resolve_datapath",
     "unpack_address",
 ]
 
-log = logging.getLogger(__name__)
-
-DATAPATH_ENV = "INASCHED_DATAPATH"
-_CHOICES = ("engine", "python")
 # One message of a receive burst: a datagram, or a GRO run of segments (one UDP payload).
 _MESSAGE_BYTES = 65536
-_warned: set[str] = set()
 
 
-def engine_module() -> ModuleType | None:
-    """The extension module, or None (logged once) when it cannot be imported."""
+def engine_module() -> ModuleType:
+    """The extension module; ImportError saying how to build it when it cannot be imported."""
     try:
         from p4ctl import _engine  # type: ignore[attr-defined]
     except ImportError as exc:
-        if "missing" not in _warned:
-            _warned.add("missing")
-            log.warning(
-                "the compiled data path p4ctl._engine is not available (%s); running the "
-                "Python data path (reinstall with 'pip install -e .' to build it)",
-                exc,
-            )
-        return None
+        raise ImportError(
+            f"the compiled engine p4ctl._engine cannot be imported ({exc}); it is built by the "
+            "project's install: reinstall with 'pip install -e .' (or 'make test')"
+        ) from exc
     return _engine  # type: ignore[no-any-return]
-
-
-def datapath() -> str:
-    """``"engine"`` or ``"python"``: ``INASCHED_DATAPATH`` if set, else the engine if built.
-
-    An unknown value is refused with ValueError naming the choices.
-    """
-    wanted = os.environ.get(DATAPATH_ENV, "engine").strip().lower() or "engine"
-    if wanted not in _CHOICES:
-        raise ValueError(f"{DATAPATH_ENV}={wanted!r}: expected one of {', '.join(_CHOICES)}")
-    if wanted == "engine" and engine_module() is None:
-        return "python"
-    return wanted
-
-
-def resolve_datapath(wanted: str | None) -> str:
-    """The data path a component runs: `wanted` (``"engine"`` or ``"python"``), or `datapath`
-    for None; ``"python"`` when the engine is wanted but not built (logged once)."""
-    if wanted is None:
-        return datapath()
-    if wanted not in _CHOICES:
-        raise ValueError(f"datapath {wanted!r}: expected one of {', '.join(_CHOICES)}")
-    if wanted == "engine" and engine_module() is None:
-        return "python"
-    return wanted
 
 
 def pack_address(address: tuple[str, int]) -> int:
@@ -102,14 +65,13 @@ class Burst:
 
     Received datagram i is ``rows[i, :sizes[i]]`` (a longer one is cut to `stride`, and its
     ``sizes[i]`` is still its real length, so a length check drops it) from ``addrs[i]``.
-    `gso` turns off by itself the first time the kernel refuses segmentation.
+    `gso` (default on) sends runs of same-size rows to one destination as one segmented
+    message; off, each row is a datagram of its own. It turns off by itself the first time
+    the kernel refuses segmentation.
     """
 
-    def __init__(self, slots: int, stride: int) -> None:
-        engine = engine_module()
-        if engine is None:
-            raise RuntimeError("the compiled data path is not built")
-        self._engine = engine
+    def __init__(self, slots: int, stride: int, *, gso: bool = True) -> None:
+        self._engine = engine_module()
         self.slots = slots
         self.stride = stride
         self.rows: npt.NDArray[np.uint8] = np.zeros((slots, stride), np.uint8)
@@ -118,7 +80,7 @@ class Burst:
         # Enough raw messages for a burst of full rows; GRO packs many rows into one.
         messages = max(1, min(64, -(-slots * stride // _MESSAGE_BYTES)))
         self._scratch = bytearray(messages * _MESSAGE_BYTES)
-        self.gso = True
+        self.gso = gso
         self.gro = False
 
     def enable_gro(self, sock: socket.socket) -> bool:

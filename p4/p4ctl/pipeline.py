@@ -1,28 +1,33 @@
 """The switch pipeline without sockets: tables, registers, counters and the per-datagram path.
 
 `Pipeline.handle(datagram, source)` is one packet pass of the P4 program: parse, the checks of
-``p4/PROTOCOL.md`` section 4 in order, then `p4ctl.rule.process`, then replication of what
+``p4/PROTOCOL.md`` section 4 in order, then the per-fragment rule, then replication of what
 leaves to UDP endpoints through the multicast groups and the port table. It returns the
 datagrams to send as ``[(bytes, (host, udp_port)), ...]``; the data plane (`p4ctl.dataplane`)
-does the socket I/O, `p4ctl.backend.InMemorySwitch` and the tests call it directly.
+does the socket I/O a burst at a time (`handle_burst`), and `handle` is a burst of one.
 
-On the compiled data path (``p4ctl.engine``) the pass of ``p4ctl.switch_engine`` runs the same
-rule over this pipeline's registers and counters (numpy arrays) and over arrays rebuilt from
-the tables at every write; `handle_burst` feeds it many datagrams, and `handle` is a burst of
-one. The tables are dicts written by the control plane; a single dict assignment is atomic
-under the GIL, so the data plane reads them without a lock.
+`Pipeline` runs the compiled pass (``p4ctl.switch_engine``) over numpy registers and counters
+that the P4Runtime server reads and writes in place, and over arrays rebuilt from the tables
+at every write. `RulePipeline` holds the same tables and counters and runs the readable rule,
+`p4ctl.rule`, in Python per packet (registers as lists, fastest one cell at a time): it is the
+simulator's switch and the reference the differential tests hold `Pipeline` to byte for byte.
+
+The tables are dicts written by the control plane (`p4ctl.p4rt_service` or
+`InMemorySwitch`); a single dict assignment is atomic under the GIL, so the data plane reads
+them without a lock.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from p4ctl.engine import pack_address, resolve_datapath, unpack_address
+from p4ctl.engine import pack_address, unpack_address
 from p4ctl.protocol import (
     HEADER_SIZE,
     MAX_JOBS,
@@ -37,7 +42,7 @@ from p4ctl.protocol import (
 from p4ctl.rule import COUNTERS, JOB_COUNTERS, Cells, JobConfig, Registers, ToGroup, check, process
 from p4ctl.switch_engine import EnginePass, Table, TableArrays, job_counter_arrays
 
-__all__ = ["Address", "Pipeline"]
+__all__ = ["Address", "Pipeline", "RulePipeline"]
 
 log = logging.getLogger(__name__)
 
@@ -47,81 +52,151 @@ Address = tuple[str, int]
 _RAW_FLOAT = int(Flag.RAW_FLOAT)
 
 
-class Pipeline:
-    """One switch's state and packet pass.
+class _SwitchState:
+    """One switch's state: the tables, registers and counters both pipelines share.
 
     Tables: `jobs` (job id -> `JobConfig`), `sources` ((job, worker, host, udp port) -> the
     sender's switch port), `endpoints` (switch port -> UDP address), `groups` (multicast group
-    -> switch ports). Counters are ``[packets, bytes]`` lists indexed by job id or drop reason.
+    -> switch ports). Counters are ``[packets, bytes]`` cells indexed by job id or drop reason.
     """
 
     def __init__(
         self,
-        aggregators: int,
-        lanes: int,
+        registers: Registers,
+        job_counters: tuple[dict[str, Cells], dict[str, Cells]],
+        drop_counters: tuple[Cells, Cells],
+        new_table: Callable[[], dict[Any, Any]],
         *,
-        drop_rate: float = 0.0,
-        seed: int = 0,
-        datapath: str | None = None,
+        drop_rate: float,
+        seed: int,
     ) -> None:
         if not 0.0 <= drop_rate < 1.0:
             raise ValueError(f"drop rate must be in [0, 1), got {drop_rate}")
-        self.datapath = resolve_datapath(datapath)
-        compiled = self.datapath == "engine"
-        self.aggregators = aggregators
-        self.lanes = lanes
-        self.registers = Registers(aggregators, lanes, arrays=compiled)
-        new_table = (lambda: Table(self._tables_changed)) if compiled else dict
+        self.aggregators = registers.aggregators
+        self.lanes = registers.k
+        self.registers = registers
         self.jobs: dict[int, JobConfig] = new_table()
         self.sources: dict[tuple[int, int, str, int], int] = new_table()
         self.endpoints: dict[int, Address] = new_table()
         self.groups: dict[int, tuple[int, ...]] = new_table()
-        self.job_packets: dict[str, Cells]
-        self.job_bytes: dict[str, Cells]
-        self.drop_packets: Cells
-        self.drop_bytes: Cells
-        if compiled:
-            packets, job_packets = job_counter_arrays(MAX_JOBS)
-            octets, job_bytes = job_counter_arrays(MAX_JOBS)
-            drop_packets = np.zeros(len(DropReason), np.int64)
-            drop_bytes = np.zeros(len(DropReason), np.int64)
-            self.job_packets, self.job_bytes = dict(packets), dict(octets)
-            self.drop_packets, self.drop_bytes = drop_packets, drop_bytes
-        else:
-            self.job_packets = {name: [0] * MAX_JOBS for name in JOB_COUNTERS}
-            self.job_bytes = {name: [0] * MAX_JOBS for name in JOB_COUNTERS}
-            self.drop_packets = [0] * len(DropReason)
-            self.drop_bytes = [0] * len(DropReason)
+        self.job_packets, self.job_bytes = job_counters
+        self.drop_packets, self.drop_bytes = drop_counters
         self.drop_rate = drop_rate
         self._loss = random.Random(seed)
+
+    def handle(self, data: bytes, source: Address) -> list[tuple[bytes, Address]]:
+        """One packet pass; returns the datagrams that leave, each with its UDP destination."""
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Empty every table, free every aggregator and zero the counters (a new pipeline)."""
+        fresh = Registers(self.aggregators, self.lanes, arrays=self.registers.arrays)
+        for name in (*Registers.SCALAR_ARRAYS, "agg_lanes"):
+            # In place: the compiled pass holds views of these very arrays.
+            getattr(self.registers, name)[:] = getattr(fresh, name)
+        for table in (self.jobs, self.sources, self.endpoints, self.groups):
+            table.clear()
+        for counts in (*self.job_packets.values(), *self.job_bytes.values()):
+            counts[:] = [0] * len(counts)
+        self.drop_packets[:] = [0] * len(DropReason)
+        self.drop_bytes[:] = [0] * len(DropReason)
+
+
+class Pipeline(_SwitchState):
+    """The switch's state and its compiled packet pass (see the module docstring)."""
+
+    def __init__(
+        self, aggregators: int, lanes: int, *, drop_rate: float = 0.0, seed: int = 0
+    ) -> None:
+        packets, job_packets = job_counter_arrays(MAX_JOBS)
+        octets, job_bytes = job_counter_arrays(MAX_JOBS)
+        drop_packets = np.zeros(len(DropReason), np.int64)
+        drop_bytes = np.zeros(len(DropReason), np.int64)
+        registers = Registers(aggregators, lanes, arrays=True)
+        self._engine = EnginePass(
+            registers, (job_packets, job_bytes), (drop_packets, drop_bytes), MAX_JOBS
+        )
+        super().__init__(
+            registers,
+            (dict(packets), dict(octets)),
+            (drop_packets, drop_bytes),
+            lambda: Table(self._tables_changed),
+            drop_rate=drop_rate,
+            seed=seed,
+        )
+        self._tables_changed()
+
+    def _tables_changed(self) -> None:
+        """A table was written: the compiled pass looks entries up in fresh arrays."""
+        self._engine.set_tables(
+            TableArrays(self.jobs, self.sources, self.endpoints, self.groups, MAX_JOBS)
+        )
+
+    def handle_burst(
+        self,
+        rows: npt.NDArray[np.uint8],
+        sizes: npt.NDArray[np.int64],
+        addrs: npt.NDArray[np.int64],
+        count: int,
+    ) -> Iterator[tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.int64], int]]:
+        """The compiled pass over received rows ``0..count`` (``p4ctl.engine.Burst`` layout).
+
+        Yields ``(rows, sizes, packed addresses, n)`` of the datagrams that leave, a chunk at
+        a time, in the order `handle` would return them; a chunk's arrays are reused by the
+        next, so send them first.
+        """
+        engine = self._engine
+        lost = None
+        if self.drop_rate:
+            draw, rate = self._loss.random, self.drop_rate
+            lost = np.fromiter((draw() < rate for _ in range(count)), np.bool_, count)
+        for n in engine.process(rows, sizes, addrs, count, lost):
+            yield engine.out_rows, engine.out_sizes, engine.out_addrs, n
+
+    def handle(self, data: bytes, source: Address) -> list[tuple[bytes, Address]]:
+        """One packet pass, as a burst of one."""
+        stride = max(self._engine.datagram_size, HEADER_SIZE)
+        row = np.zeros((1, stride), np.uint8)
+        kept = min(len(data), stride)
+        row[0, :kept] = np.frombuffer(data, np.uint8, kept)
+        try:
+            address = pack_address(source)
+        except OSError:
+            address = 0  # not a dotted IPv4 source: no worker table entry can match it
+        sizes = np.array([len(data)], np.int64)
+        sends = []
+        for out, out_sizes, out_addrs, n in self.handle_burst(row, sizes, np.array([address]), 1):
+            sends += [
+                (out[i, : out_sizes[i]].tobytes(), unpack_address(int(out_addrs[i])))
+                for i in range(n)
+            ]
+        return sends
+
+
+class RulePipeline(_SwitchState):
+    """The switch's state and `p4ctl.rule` in Python per packet (see the module docstring)."""
+
+    def __init__(
+        self, aggregators: int, lanes: int, *, drop_rate: float = 0.0, seed: int = 0
+    ) -> None:
+        super().__init__(
+            Registers(aggregators, lanes),
+            (
+                {name: [0] * MAX_JOBS for name in JOB_COUNTERS},
+                {name: [0] * MAX_JOBS for name in JOB_COUNTERS},
+            ),
+            ([0] * len(DropReason), [0] * len(DropReason)),
+            dict,
+            drop_rate=drop_rate,
+            seed=seed,
+        )
         # Keyed by the outcome's value: hashing an Enum member runs Python code.
         self._outcome_cells = {
             outcome.value: [(self.job_packets[n], self.job_bytes[n]) for n in names]
             for outcome, names in COUNTERS.items()
         }
-        self._engine: EnginePass | None = None
-        if compiled:
-            self._engine = EnginePass(
-                self.registers,
-                (job_packets, job_bytes),
-                (drop_packets, drop_bytes),
-                MAX_JOBS,
-            )
-            self._tables_changed()
-
-    def _tables_changed(self) -> None:
-        """A table was written: the compiled pass looks entries up in fresh arrays."""
-        if self._engine is not None:
-            self._engine.set_tables(
-                TableArrays(self.jobs, self.sources, self.endpoints, self.groups, MAX_JOBS)
-            )
-
-    # ------------------------------------------------------------------ the packet pass
 
     def handle(self, data: bytes, source: Address) -> list[tuple[bytes, Address]]:
-        """One packet pass; returns the datagrams that leave, each with its UDP destination."""
-        if self._engine is not None:
-            return self._handle_compiled(data, source)
         size = len(data)
         if self.drop_rate and self._loss.random() < self.drop_rate:
             self._drop(DropReason.INJECTED_LOSS, size, None)
@@ -169,49 +244,6 @@ class Pipeline:
                 self._emit(sends, wire, out.port)
         return sends
 
-    def handle_burst(
-        self,
-        rows: npt.NDArray[np.uint8],
-        sizes: npt.NDArray[np.int64],
-        addrs: npt.NDArray[np.int64],
-        count: int,
-    ) -> Iterator[tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.int64], int]]:
-        """The compiled pass over received rows ``0..count`` (``p4ctl.engine.Burst`` layout).
-
-        Yields ``(rows, sizes, packed addresses, n)`` of the datagrams that leave, a chunk at
-        a time, in the order `handle` would return them; a chunk's arrays are reused by the
-        next, so send them first.
-        """
-        engine = self._engine
-        if engine is None:
-            raise RuntimeError("handle_burst runs the compiled data path; this pipeline is python")
-        lost = None
-        if self.drop_rate:
-            draw, rate = self._loss.random, self.drop_rate
-            lost = np.fromiter((draw() < rate for _ in range(count)), np.bool_, count)
-        for n in engine.process(rows, sizes, addrs, count, lost):
-            yield engine.out_rows, engine.out_sizes, engine.out_addrs, n
-
-    def _handle_compiled(self, data: bytes, source: Address) -> list[tuple[bytes, Address]]:
-        """`handle` on the compiled path: a burst of one."""
-        assert self._engine is not None
-        stride = max(self._engine.datagram_size, HEADER_SIZE)
-        row = np.zeros((1, stride), np.uint8)
-        kept = min(len(data), stride)
-        row[0, :kept] = np.frombuffer(data, np.uint8, kept)
-        try:
-            address = pack_address(source)
-        except OSError:
-            address = 0  # not a dotted IPv4 source: no worker table entry can match it
-        sizes = np.array([len(data)], np.int64)
-        sends = []
-        for out, out_sizes, out_addrs, n in self.handle_burst(row, sizes, np.array([address]), 1):
-            sends += [
-                (out[i, : out_sizes[i]].tobytes(), unpack_address(int(out_addrs[i])))
-                for i in range(n)
-            ]
-        return sends
-
     def _parse(self, data: bytes) -> Packet | None:
         """The decoded datagram, or None after counting why it was dropped."""
         try:
@@ -235,19 +267,6 @@ class Pipeline:
         if job is not None:
             self.job_packets["job_dropped"][job] += 1
             self.job_bytes["job_dropped"][job] += size
-
-    def reset(self) -> None:
-        """Empty every table, free every aggregator and zero the counters (a new pipeline)."""
-        fresh = Registers(self.aggregators, self.lanes, arrays=self.registers.arrays)
-        for name in (*Registers.SCALAR_ARRAYS, "agg_lanes"):
-            # In place: the compiled pass holds views of these very arrays.
-            getattr(self.registers, name)[:] = getattr(fresh, name)
-        for table in (self.jobs, self.sources, self.endpoints, self.groups):
-            table.clear()
-        for counts in (*self.job_packets.values(), *self.job_bytes.values()):
-            counts[:] = [0] * len(counts)
-        self.drop_packets[:] = [0] * len(DropReason)
-        self.drop_bytes[:] = [0] * len(DropReason)
 
 
 def _wire(

@@ -1,9 +1,11 @@
 """The per-fragment switch rule: what one packet does to the registers, and what leaves.
 
-Contract 2 of ``ARCHITECTURE.md``, implemented once: `check` and `process` state it, the soft
-switch's compiled pass mirrors them byte for byte, the simulator calls them for every simulated
-fragment, and the P4 program is held to them by ``p4/vectors/*.json``.
-Nothing here does I/O or reads a clock: registers in, registers mutated, a `Verdict` out.
+Contract 2 of ``ARCHITECTURE.md``, stated once, readably. The simulator calls `check` and
+`process` for every simulated fragment (``p4ctl.pipeline.RulePipeline``); the compiled engine
+the soft switch runs (``p4/p4ctl/csrc/switch_pass.c``) mirrors them and is held to them byte
+for byte by differential tests; the P4 program implements the same cases and is held to them
+by ``p4/vectors/*.json``. Nothing here
+does I/O or reads a clock: registers in, registers mutated, a `Verdict` out.
 
 - ``static`` (SwitchML): the slot is fixed by the sequence number; the first contribution of a
   new sequence overwrites, later ones add, the n-th multicasts the result; a retransmission
@@ -75,16 +77,17 @@ class JobConfig:
     priority: int = 0
 
 
-# One register or counter array: a list on the Python data path, int64 numpy on the compiled one.
+# One register or counter array: a list where the rule runs in Python (the simulator's switch),
+# int64 numpy where the compiled engine runs it.
 Cells = list[int] | npt.NDArray[np.int64]
 
 
 class Registers:
     """The switch's register arrays, named as in the P4 program.
 
-    Scalar arrays are Python lists by default (the Python rule touches single cells, and list
+    Scalar arrays are Python lists by default (the rule in Python touches single cells, and list
     cells are an order of magnitude cheaper than numpy scalars); with `arrays` they are int64
-    numpy arrays, which the compiled packet pass (``p4ctl.engine``) reads and writes in
+    numpy arrays, which the compiled packet pass (``p4ctl.switch_engine``) reads and writes in
     place. Lanes are one ``(aggregators, k)`` int32 array either way, which the P4 program
     splits into k arrays ``agg_lane_0 .. agg_lane_{k-1}``. A job's priority is no register:
     it is data of the job's table entry (`JobConfig.priority`), which every P4Runtime target

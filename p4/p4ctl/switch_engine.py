@@ -1,11 +1,11 @@
 """The soft switch's packet pass on the compiled engine: tables as arrays, bursts in and out.
 
 `Pipeline` (``p4ctl.pipeline``) owns the switch's state. Its registers and counters are numpy
-arrays that the C pass (``p4/p4ctl/csrc/``) reads and writes in place; its tables stay dicts
-written by the control plane, and every write rebuilds the arrays the pass looks entries up in
-(`Table`, `TableArrays`): a P4Runtime write is seen by the next packet, and a read returns
-what the packets did. The pass runs with the GIL held, so it sees one version of the tables
-for a whole burst. Array layouts, as ``engine.h`` declares them:
+arrays that the C pass (``p4/p4ctl/csrc/``) reads and writes in place, and its tables stay
+dicts, written by the control plane, whose every write rebuilds the arrays the pass looks
+entries up in (`Table`, `TableArrays`): a P4Runtime write is seen by the next packet, and a
+read returns what the packets did. The pass runs with the GIL held, so it sees one version of
+the tables for a whole burst.
 
 - job table: ``(max_jobs, 8)`` rows of `JOB_COLUMNS` (``valid`` 0 for no entry; the priority
   is a column, as it is a parameter of the P4 program's ``job_table`` entry);
@@ -187,8 +187,6 @@ class EnginePass:
         max_jobs: int,
     ) -> None:
         engine = engine_module()
-        if engine is None:
-            raise RuntimeError("the compiled data path p4ctl._engine is not built")
         if not registers.arrays:
             raise ValueError("the compiled pass needs array registers (Registers(arrays=True))")
         self.k = registers.k

@@ -79,7 +79,7 @@ class Service:
 
     def __init__(self, sessions: sessionmaker[Session], policy: str) -> None:
         self.sessions = sessions
-        self.switch = InMemorySwitch(AGGREGATORS, 0, datapath="python")
+        self.switch = InMemorySwitch(AGGREGATORS, 0, rule=True)
         self.now = 0.0
         self.coord = Coordinator(
             sessions=sessions,

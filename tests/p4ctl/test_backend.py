@@ -68,9 +68,9 @@ def test_fresh_backend_has_empty_occupancy_and_counters(backend: SwitchBackend) 
 
 
 def test_soft_switch_serves_a_job_installed_by_the_client(
-    datapath: str, make_soft_switch: Callable[..., SoftSwitch]
+    make_soft_switch: Callable[..., SoftSwitch],
 ) -> None:
-    soft_switch = make_soft_switch(aggregators=256, lanes=64, datapath=datapath)
+    soft_switch = make_soft_switch(aggregators=256, lanes=64)
     socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(3)]
     try:
         for sock in socks:

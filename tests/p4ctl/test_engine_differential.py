@@ -1,6 +1,7 @@
 """The compiled packet pass against the Python rule, byte for byte.
 
-Two pipelines with the same tables, one on each data path, take the same datagrams; every
+Two pipelines with the same tables, the engine's (`Pipeline`) and the rule's (`RulePipeline`),
+take the same datagrams; every
 datagram each emits (bytes and destination, in order), every register cell and every counter
 must be equal after each packet. The vectors of ``p4/vectors/`` run first, then random
 sequences of every policy (hypothesis), with resends, raw floats, odd exponents, strangers,
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from p4ctl.pipeline import Pipeline
+from p4ctl.pipeline import Pipeline, RulePipeline
 from p4ctl.protocol import PS_WORKER_ID, Flag, Kind, Packet, Policy, encode
 from p4ctl.rule import JobConfig, Registers, hashed_index, static_index
 
@@ -25,13 +26,13 @@ from .vectors import all_vectors, datagram, sender
 HOST = "127.0.0.1"
 
 
-def pair(aggregators: int, lanes: int) -> tuple[Pipeline, Pipeline]:
-    return Pipeline(aggregators, lanes, datapath="python"), Pipeline(
-        aggregators, lanes, datapath="engine"
-    )
+def pair(aggregators: int, lanes: int) -> tuple[RulePipeline, Pipeline]:
+    return RulePipeline(aggregators, lanes), Pipeline(aggregators, lanes)
 
 
-def install(pipes: tuple[Pipeline, ...], jobs: dict[int, JobConfig], ports: dict[Any, int]) -> None:
+def install(
+    pipes: tuple[Pipeline | RulePipeline, ...], jobs: dict[int, JobConfig], ports: dict[Any, int]
+) -> None:
     """Job table, worker table (worker w of job j sends from udp port `ports[(j, w)]`, its
     switch port is the same number), port table and one multicast group per job."""
     for pipe in pipes:
@@ -51,7 +52,7 @@ def registers(regs: Registers) -> dict[str, Any]:
     return state
 
 
-def counters(pipe: Pipeline) -> dict[str, Any]:
+def counters(pipe: Pipeline | RulePipeline) -> dict[str, Any]:
     out = {f"packets.{n}": np.asarray(c, np.int64) for n, c in pipe.job_packets.items()}
     out |= {f"bytes.{n}": np.asarray(c, np.int64) for n, c in pipe.job_bytes.items()}
     out["drop_packets"] = np.asarray(pipe.drop_packets, np.int64)
@@ -65,7 +66,7 @@ def assert_same(got: dict[str, Any], want: dict[str, Any]) -> None:
         assert np.array_equal(got[name], cells), name
 
 
-def same_pass(python: Pipeline, engine: Pipeline, data: bytes, source: tuple[str, int]) -> None:
+def same_pass(python: RulePipeline, engine: Pipeline, data: bytes, source: tuple[str, int]) -> None:
     assert engine.handle(data, source) == python.handle(data, source)
     assert_same(registers(engine.registers), registers(python.registers))
     assert_same(counters(engine), counters(python))

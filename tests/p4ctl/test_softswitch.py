@@ -182,9 +182,9 @@ def test_pipeline_of_another_sizing_is_refused_with_the_difference(
         shell.tear_down()
 
 
-def test_injected_loss_is_seeded_and_counted(datapath: str, make_soft_switch: object) -> None:
+def test_injected_loss_is_seeded_and_counted(make_soft_switch: object) -> None:
     switch = make_soft_switch(  # type: ignore[operator]
-        aggregators=16, lanes=64, drop_rate=0.5, seed=3, datapath=datapath
+        aggregators=16, lanes=64, drop_rate=0.5, seed=3
     )
     pkt = encode(Packet(kind=Kind.GRADIENT, job=1, lanes=np.zeros(64, dtype=np.int32)))
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
@@ -206,9 +206,9 @@ def test_cli_rejects_a_bad_address() -> None:
 
 
 def test_garbage_and_strangers_are_dropped_and_counted_while_a_job_is_served(
-    datapath: str, make_soft_switch: object
+    make_soft_switch: object,
 ) -> None:
-    switch = make_soft_switch(aggregators=16, lanes=64, datapath=datapath)  # type: ignore[operator]
+    switch = make_soft_switch(aggregators=16, lanes=64)  # type: ignore[operator]
     pipe = switch.pipeline
     rng = np.random.default_rng(7)
     socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(3)]

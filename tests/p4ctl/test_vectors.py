@@ -307,11 +307,9 @@ class Harness:
 
 
 @pytest.fixture(params=VECTORS, ids=lambda v: v.name)
-def harness(
-    request: pytest.FixtureRequest, datapath: str, make_soft_switch: Any
-) -> Iterator[Harness]:
+def harness(request: pytest.FixtureRequest, make_soft_switch: Any) -> Iterator[Harness]:
     vector: Vector = request.param
-    switch = make_soft_switch(aggregators=vector.aggregators, lanes=vector.lanes, datapath=datapath)
+    switch = make_soft_switch(aggregators=vector.aggregators, lanes=vector.lanes)
     h = Harness(switch, vector)
     try:
         h.program()

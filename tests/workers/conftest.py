@@ -98,25 +98,30 @@ class Rig:
         fan_in: int,
         policy: Policy,
         options: ClientOptions | None = None,
+        *,
+        gso: bool = True,
         **placement: Any,
     ) -> list[AllreduceClient]:
-        """`fan_in` started clients of `job`, each registered with the switch."""
+        """`fan_in` started clients of `job` (`gso` as `AllreduceClient` takes it), each
+        registered with the switch."""
         made = []
         for w in range(fan_in):
             join: WorkerJoin = parse_join(self.join_body(job, w, fan_in, policy, **placement))
-            client = AllreduceClient(join, options=options or ClientOptions(timeout_s=20.0))
+            client = AllreduceClient(
+                join, options=options or ClientOptions(timeout_s=20.0), gso=gso
+            )
             made.append(client)
             self.control.add_worker(job, w, Endpoint(*client.endpoint))
         return made
 
 
 @pytest.fixture
-def make_rig(datapath: str) -> Iterator[Callable[..., Rig]]:
-    """A factory of rigs (`SoftSwitch` keyword arguments), on each data path (`datapath`, from
-    tests/conftest.py); everything is closed at teardown."""
+def make_rig() -> Iterator[Callable[..., Rig]]:
+    """A factory of rigs (`SoftSwitch` keyword arguments; `ps_gso` is the PS's `gso`);
+    everything is closed at teardown."""
     made: list[tuple[SoftSwitch, SwitchClient, ParameterServer]] = []
 
-    def make(*, ps_idle_timeout_s: float = 60.0, **switch_kwargs: Any) -> Rig:
+    def make(*, ps_idle_timeout_s: float = 60.0, ps_gso: bool = True, **switch_kwargs: Any) -> Rig:
         switch_kwargs.setdefault("lanes", LANES)
         switch = SoftSwitch(**switch_kwargs).start()
         try:
@@ -126,7 +131,7 @@ def make_rig(datapath: str) -> Iterator[Callable[..., Rig]]:
         except BaseException:
             switch.stop()
             raise
-        ps = ParameterServer(idle_timeout_s=ps_idle_timeout_s).start()
+        ps = ParameterServer(idle_timeout_s=ps_idle_timeout_s, gso=ps_gso).start()
         made.append((switch, control, ps))
         return Rig(switch, control, ps)
 

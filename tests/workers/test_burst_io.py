@@ -1,6 +1,6 @@
-"""The client's compiled data path (``workers.burst_io``) over real UDP sockets: exact sums
-through a lossy switch, a burst of duplicates and garbage, and the same retransmission
-decisions as the Python path (``workers.datagram_io``) on the same losses."""
+"""The client's burst I/O (``workers.burst_io``) over real UDP sockets: exact sums through a
+lossy switch, a burst of duplicates and garbage, the retransmission decisions on a stall and
+on losses, and single datagrams with GSO off."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import pytest
 from p4ctl.engine import Burst, pack_address
 from p4ctl.protocol import HEADER_SIZE, Flag, Kind, Policy, decode, encode
 
-from workers.burst_io import BurstIO
-from workers.client import AllreduceClient, ClientOptions, ClientStats
-from workers.datagram_io import DatagramIO
-from workers.fragment_io import STAT_NAMES, FragmentIO
+from tests.conftest import assert_arrival
+from workers.burst_io import STAT_NAMES, BurstIO
+from workers.client import ClientStats
+from workers.options import ClientOptions
 from workers.rendezvous import WorkerJoin, parse_join
 from workers.transfer import Transfer
 
@@ -32,22 +32,26 @@ def exact_inputs(n: int, size: int, seed: int) -> list[np.ndarray]:
     return [(rng.integers(-1000, 1000, size) / 1024).astype(np.float32) for _ in range(n)]
 
 
+def assert_exact(run_all: Any, clients: list[Any], seed: int) -> None:
+    """One allreduce of exact inputs on every client gives every client the exact sum."""
+    xs = exact_inputs(len(clients), 20_000, seed)
+    exact = np.sum([x.astype(np.float64) for x in xs], axis=0).astype(np.float32)
+    for got in run_all(clients, xs, key="grad"):
+        assert not isinstance(got, BaseException), repr(got)
+        np.testing.assert_array_equal(got, exact)
+
+
 @pytest.mark.parametrize("policy", [Policy.ATP, Policy.STATIC], ids=["atp", "static"])
 def test_sums_are_exact_through_one_percent_loss(
-    make_rig: Any, run_all: Any, datapath: str, policy: Policy
+    make_rig: Any, run_all: Any, policy: Policy
 ) -> None:
     rig = make_rig(aggregators=256, drop_rate=0.01, seed=11)
     static = {"part_size": 16} if policy == Policy.STATIC else {}
     rig.install(4, 3, policy, **static)
     clients = rig.clients(4, 3, policy, **static)
     try:
-        assert all(c.datapath == datapath for c in clients)
         for seed in (1, 2):  # the second round uses exponents chosen from the first
-            xs = exact_inputs(3, 20_000, seed)
-            exact = np.sum([x.astype(np.float64) for x in xs], axis=0).astype(np.float32)
-            for got in run_all(clients, xs, key="grad"):
-                assert not isinstance(got, BaseException), repr(got)
-                np.testing.assert_array_equal(got, exact)
+            assert_exact(run_all, clients, seed)
     finally:
         for c in clients:
             c.close()
@@ -55,7 +59,7 @@ def test_sums_are_exact_through_one_percent_loss(
     assert sum(c.stats().resent for c in clients) > 0
 
 
-def test_client_stats_fields_are_the_counters_both_paths_keep() -> None:
+def test_client_stats_fields_are_the_counters_the_io_keeps() -> None:
     assert ClientStats.__slots__ == STAT_NAMES
 
 
@@ -89,14 +93,14 @@ def join_to(switch: socket.socket, window: int) -> WorkerJoin:
 
 
 def start(
-    io_class: type[FragmentIO], switch: socket.socket, fragments: int
-) -> tuple[FragmentIO, Transfer, socket.socket]:
-    """An I/O object on a fresh socket, one transfer of `fragments` in its window, sent."""
+    switch: socket.socket, fragments: int, *, gso: bool = True
+) -> tuple[BurstIO, Transfer, socket.socket]:
+    """A `BurstIO` on a fresh socket, one transfer of `fragments` in its window, sent."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(("127.0.0.1", 0))
     sock.setblocking(False)
     options = ClientOptions(timeout_s=30.0, initial_rto_s=5.0, min_rto_s=0.2, max_rto_s=10.0)
-    io = io_class(join_to(switch, window=fragments), sock, options)
+    io = BurstIO(join_to(switch, window=fragments), sock, options, gso=gso)
     x = exact_inputs(1, fragments * LANES, seed=5)[0]
     t = Transfer(x, None, LANES, first_seq=0, fan_in=1, previous=None)
     io.accept(t)
@@ -134,7 +138,7 @@ def send_burst(switch: socket.socket, to: tuple[str, int], datagrams: list[bytes
 def test_a_burst_of_duplicates_and_garbage_takes_each_sum_once(
     fake_switch: socket.socket,
 ) -> None:
-    io, t, sock = start(BurstIO, fake_switch, fragments=8)
+    io, t, sock = start(fake_switch, fragments=8)
     try:
         gradients = sent_to(fake_switch)
         assert [decode(g, lanes=LANES).seq for g in gradients] == list(range(8))
@@ -176,9 +180,9 @@ def resends(switch: socket.socket) -> list[tuple[int, bool]]:
     return [(p.seq, bool(p.flags & Flag.RESEND)) for p in pkts]
 
 
-def stall(io_class: type[FragmentIO], switch: socket.socket) -> list[Any]:
+def stall(switch: socket.socket) -> list[Any]:
     """What the client sends and decides while nothing at all comes back."""
-    io, _, sock = start(io_class, switch, fragments=16)
+    io, _, sock = start(switch, fragments=16)
     try:
         sent_to(switch)
         start_s = time.monotonic()
@@ -194,9 +198,9 @@ def stall(io_class: type[FragmentIO], switch: socket.socket) -> list[Any]:
         sock.close()
 
 
-def lose_three(io_class: type[FragmentIO], switch: socket.socket) -> list[Any]:
+def lose_three(switch: socket.socket) -> list[Any]:
     """What the client sends and decides when fragments 0, 5 and 11 get no result."""
-    io, _, sock = start(io_class, switch, fragments=16)
+    io, _, sock = start(switch, fragments=16)
     try:
         gradients = sent_to(switch)
         start_s = time.monotonic()
@@ -218,24 +222,44 @@ def lose_three(io_class: type[FragmentIO], switch: socket.socket) -> list[Any]:
         sock.close()
 
 
-def test_the_engine_path_resends_what_the_python_path_resends(
+def test_a_stalled_client_probes_with_the_oldest_fragment_only(
     fake_switch: socket.socket,
 ) -> None:
-    stalled = [stall(io_class, fake_switch) for io_class in (DatagramIO, BurstIO)]
-    assert stalled[1] == stalled[0]
-    assert stalled[0][:3] == [[(0, True)], [(0, True)], (0, 2)]
-    assert "no result for fragment 0" in stalled[0][3]
-    lossy = [lose_three(io_class, fake_switch) for io_class in (DatagramIO, BurstIO)]
-    assert lossy[1] == lossy[0]
-    assert lossy[0][:3] == [(0, 0), [(0, True), (5, True)], [(0, True), (5, True), (11, True)]]
-    assert lossy[0][3]["fast_resent"] == 2 and lossy[0][3]["resent"] == 5
+    stalled = stall(fake_switch)
+    assert stalled[:3] == [[(0, True)], [(0, True)], (0, 2)]
+    assert "no result for fragment 0" in stalled[3]
 
 
-def test_datapath_is_chosen_per_client(fake_switch: socket.socket) -> None:
-    join = join_to(fake_switch, window=4)
-    with AllreduceClient(join, datapath="python") as client:
-        assert client.datapath == "python"
-    with AllreduceClient(join, datapath="engine") as client:
-        assert client.datapath == "engine"
-    with pytest.raises(ValueError, match="expected one of"):
-        AllreduceClient(join, datapath="dpdk")
+def test_overtaken_fragments_are_resent_fast_and_the_rest_at_their_timeout(
+    fake_switch: socket.socket,
+) -> None:
+    lossy = lose_three(fake_switch)
+    assert lossy[:3] == [(0, 0), [(0, True), (5, True)], [(0, True), (5, True), (11, True)]]
+    assert lossy[3]["fast_resent"] == 2 and lossy[3]["resent"] == 5
+
+
+@pytest.mark.parametrize("gso", [True, False], ids=["gso-on", "gso-off"])
+def test_gso_off_sends_every_fragment_as_a_datagram_of_its_own(
+    gro_receiver: socket.socket, gso: bool
+) -> None:
+    # A receiver with UDP_GRO on loopback sees a GSO run as one payload, as a switch behind a
+    # veth or TAP would (BMv2 then drops it as BAD_LENGTH); with GSO off, one fragment each.
+    fragments, row = 16, HEADER_SIZE + 4 * LANES
+    _, _, sock = start(gro_receiver, fragments, gso=gso)
+    try:
+        assert_arrival(gro_receiver, fragments, row, gso=gso)
+    finally:
+        sock.close()
+
+
+def test_an_allreduce_through_switch_and_ps_is_exact_with_gso_off_everywhere(
+    make_rig: Any, run_all: Any
+) -> None:
+    rig = make_rig(aggregators=256, gso=False, ps_gso=False)
+    rig.install(4, 3, Policy.ATP)
+    clients = rig.clients(4, 3, Policy.ATP, gso=False)
+    try:
+        assert_exact(run_all, clients, seed=3)
+    finally:
+        for c in clients:
+            c.close()

@@ -1,5 +1,5 @@
 """The parameter server over a real UDP socket: it completes sums, answers resends, and drops
-and counts what is malformed or foreign; every test runs on both data paths."""
+and counts what is malformed or foreign."""
 
 from __future__ import annotations
 
@@ -17,14 +17,9 @@ LANES = 64
 GUARD_S = 30.0
 
 
-# Every test on each data path (the `datapath` fixture of tests/conftest.py).
-pytestmark = pytest.mark.usefixtures("datapath")
-
-
 @pytest.fixture
-def ps(datapath: str) -> Iterator[ParameterServer]:
+def ps() -> Iterator[ParameterServer]:
     with ParameterServer(idle_timeout_s=0.3) as server:
-        assert server.datapath == datapath
         yield server
 
 

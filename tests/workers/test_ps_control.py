@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from p4ctl.protocol import Flag, Kind, Packet, encode
 
-from workers.ps import SECRET_ENV, ParameterServer
+from cli.ps import SECRET_ENV
+from workers.ps import ParameterServer
 from workers.ps_control import MAX_SKEW_S, ControlError, PsControlServer, RemotePs, _mac
 
 SECRET = b"a-secret-of-the-service-0123"
@@ -166,7 +167,7 @@ def free_port(kind: int) -> int:
 def test_inasched_ps_serves_the_control_channel(switch_sock: socket.socket) -> None:
     udp, tcp = free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_STREAM)
     env = {**os.environ, SECRET_ENV: SECRET.decode()}
-    argv = [sys.executable, "-m", "workers.ps", "--port", str(udp), "--control-port", str(tcp)]
+    argv = [sys.executable, "-m", "cli.ps", "--port", str(udp), "--control-port", str(tcp)]
     proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE)
     try:
         remote = RemotePs(("127.0.0.1", tcp), SECRET)
@@ -200,7 +201,7 @@ def test_inasched_ps_refuses_a_missing_secret_or_switch(
 ) -> None:
     clean = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
     done = subprocess.run(
-        [sys.executable, "-m", "workers.ps", *args],
+        [sys.executable, "-m", "cli.ps", *args],
         env={**clean, **env},
         capture_output=True,
         text=True,

@@ -1,6 +1,6 @@
 """The parameter server's burst I/O over real UDP sockets: a burst's datagrams are served one by
-one by the same rules as on the Python path, its replies leave together, and nothing a burst
-reads goes uncounted (too long, or no room)."""
+one by the rules of ``workers.ps``, its replies leave together (as GSO runs, or one datagram
+each with GSO off), and nothing a burst reads goes uncounted (too long, or no room)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from p4ctl.engine import DATAPATH_ENV, Burst, pack_address
+from p4ctl.engine import Burst, pack_address
 from p4ctl.protocol import HEADER_SIZE, Flag, Kind, Packet, Policy, decode, encode
 
+from tests.conftest import assert_arrival
 from workers.ps import ParameterServer
 
 GUARD_S = 30.0
@@ -33,10 +34,9 @@ def switch_sock() -> Iterator[socket.socket]:
 
 @pytest.fixture
 def idle_ps() -> Iterator[ParameterServer]:
-    """An engine-path PS that is not started: the test turns its loop (`_drain`) itself, so
-    what one turn reads is deterministic (loopback queues a datagram during sendto)."""
-    server = ParameterServer(datapath="engine")
-    assert server.datapath == "engine"
+    """A PS that is not started: the test turns its loop (`_drain`) itself, so what one turn
+    reads is deterministic (loopback queues a datagram during sendto)."""
+    server = ParameterServer()
     try:
         yield server
     finally:
@@ -84,17 +84,25 @@ def wait_for(ps: ParameterServer, received: int) -> None:
         time.sleep(0.01)
 
 
-def test_datapath_argument_overrides_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(DATAPATH_ENV, "engine")
-    server = ParameterServer(datapath="python")
-    server.stop()
-    assert server.datapath == "python"
-    monkeypatch.setenv(DATAPATH_ENV, "python")
-    server = ParameterServer()
-    server.stop()
-    assert server.datapath == "python"
-    with pytest.raises(ValueError, match="expected one of engine, python"):
-        ParameterServer(datapath="dpdk")
+@pytest.mark.parametrize("gso", [True, False], ids=["gso-on", "gso-off"])
+def test_gso_off_sends_every_reply_as_a_datagram_of_its_own(
+    gro_receiver: socket.socket, gso: bool
+) -> None:
+    # Sums of one-worker jobs: each TO_PS completes, so each gets a PS_RESULT, all to the one
+    # switch; a receiver with UDP_GRO sees a GSO run of them as one payload.
+    sums = 16
+    one = np.arange(64, dtype=np.int32)
+    server = ParameterServer(gso=gso)
+    try:
+        server.register_job(3, 1, switch=gro_receiver.getsockname(), policy=Policy.ATP)
+        for seq in range(sums):
+            gro_receiver.sendto(to_ps(3, seq, 0b1, one, fan_in=1), server.address)
+        wait = time.monotonic() + GUARD_S
+        while server.counters().received < sums and time.monotonic() < wait:
+            server._drain()
+        assert_arrival(gro_receiver, sums, HEADER_SIZE + 4 * 64, gso=gso)
+    finally:
+        server.stop()
 
 
 def test_garbage_and_foreign_datagrams_in_one_burst_are_counted_and_valid_ones_served(
@@ -120,14 +128,14 @@ def test_garbage_and_foreign_datagrams_in_one_burst_are_counted_and_valid_ones_s
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as stranger:
         stranger.sendto(to_ps(9, 2, 0b01, one), idle_ps.address)  # not job 9's switch
     reads: list[int] = []
-    recv = idle_ps._io.burst.recv  # type: ignore[union-attr]
+    recv = idle_ps._io.burst.recv
 
     def counted_recv(sock: socket.socket, *, wait: bool) -> tuple[int, int]:
         count, lost = recv(sock, wait=wait)
         reads.append(count)
         return count, lost
 
-    monkeypatch.setattr(idle_ps._io.burst, "recv", counted_recv)  # type: ignore[union-attr]
+    monkeypatch.setattr(idle_ps._io.burst, "recv", counted_recv)
     idle_ps._drain()
     assert reads == [11, 0]  # all in one burst, then the socket is empty
     results = {r.seq: r for r in (decode(switch_sock.recv(2048)) for _ in range(2))}
@@ -164,7 +172,7 @@ def test_a_burst_of_many_jobs_completes_every_sum_exactly_once(
     for i, data in enumerate(datagrams):
         sender.rows[i, : len(data)] = np.frombuffer(data, np.uint8)
         sender.sizes[i] = len(data)
-    with ParameterServer(datapath="engine") as ps:
+    with ParameterServer() as ps:
         for job, (fan_in, _) in jobs.items():
             ps.register_job(job, fan_in, switch=switch_sock.getsockname(), policy=Policy.ATP)
         sender.addrs[:] = pack_address(ps.address)
@@ -194,14 +202,13 @@ def test_a_burst_of_many_jobs_completes_every_sum_exactly_once(
     }
 
 
-@pytest.mark.parametrize("datapath", ["engine", "python"])
 def test_oversize_datagrams_are_dropped_for_the_reason_decode_gives(
-    switch_sock: socket.socket, datapath: str
+    switch_sock: socket.socket,
 ) -> None:
     lanes = np.arange(256, dtype=np.int32)
     longest = to_ps(5, 0, 0b01, lanes)  # the longest datagram the engine's rows hold whole
     assert len(longest) == HEADER_SIZE + 4 * 256
-    server = ParameterServer(datapath=datapath)
+    server = ParameterServer()
     try:
         server.register_job(5, 2, switch=switch_sock.getsockname())
         switch_sock.sendto(longest + b"\0\0\0\0", server.address)  # 256 lanes announced
@@ -218,26 +225,25 @@ def test_oversize_datagrams_are_dropped_for_the_reason_decode_gives(
         server.stop()
 
 
-def test_well_formed_datagrams_with_more_lanes_than_supported_are_bad_lanes_on_the_engine(
+def test_well_formed_datagrams_with_more_lanes_than_supported_are_bad_lanes(
     idle_ps: ParameterServer, switch_sock: socket.socket
 ) -> None:
-    # The Python path would take a job of 1,100 lanes; the engine's rows end at 1,024.
+    # The burst's rows end at 1,024 lanes.
     switch_sock.sendto(to_ps(6, 0, 0b01, np.zeros(1100, np.int32)), idle_ps.address)
     idle_ps._drain()
     counters = idle_ps.counters()
     assert (counters.received, counters.drops, counters.jobs) == (1, {"bad_lanes": 1}, frozenset())
 
 
-@pytest.mark.parametrize("datapath", ["engine", "python"])
 def test_one_turn_serves_at_most_1024_datagrams_and_the_next_turn_the_rest(
-    switch_sock: socket.socket, datapath: str
+    switch_sock: socket.socket,
 ) -> None:
-    server = ParameterServer(datapath=datapath)
+    server = ParameterServer()
     try:
         sent = send_short_runs(switch_sock, server.address)
         server._drain()
         assert server.counters().received == 1024
-        server._drain()  # on the engine path, the rest of a burst read in the first turn
+        server._drain()  # the rest of the burst read in the first turn
         counters = server.counters()
         assert (counters.received, counters.drops) == (sent, {"bad_length": sent})
     finally:
@@ -247,7 +253,7 @@ def test_one_turn_serves_at_most_1024_datagrams_and_the_next_turn_the_rest(
 def test_rows_left_in_a_burst_are_served_by_the_running_ps(switch_sock: socket.socket) -> None:
     # All queued before the PS starts: after its first turn the socket is empty and 896
     # datagrams wait in the burst's rows.
-    ps = ParameterServer(datapath="engine")
+    ps = ParameterServer()
     sent = send_short_runs(switch_sock, ps.address)
     with ps:
         wait_for(ps, sent)

@@ -1,6 +1,7 @@
-"""`Transfer` builds, with array operations, exactly the datagrams `protocol.encode` would, and
-dequantizes results exactly as `quant.dequantize` would, fragment by fragment; `locate_many`
-places fragments exactly as the rule does, and a burst is taken as its results one by one."""
+"""`Transfer` builds exactly the datagrams `protocol.encode` would, with the lanes
+`quant.quantize` gives, and dequantizes results exactly as `quant.dequantize` would, fragment
+by fragment; `locate_many` places fragments exactly as the rule does, and a burst is taken as
+its results one by one."""
 
 from __future__ import annotations
 
@@ -8,13 +9,29 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from p4ctl.protocol import LANE_DTYPE, PS_WORKER_ID, Flag, Kind, Packet, encode
+from p4ctl.protocol import (
+    HEADER_DTYPE,
+    HEADER_SIZE,
+    LANE_DTYPE,
+    PS_WORKER_ID,
+    RAW_DTYPE,
+    Flag,
+    Kind,
+    Packet,
+    encode,
+)
 
 from workers.quant import MAX_EXPONENT, MIN_EXPONENT, dequantize, quantize
 from workers.rendezvous import HashedPlacement, Placement, StaticPlacement
-from workers.transfer import Sender, Transfer, locate_many, quantize_into
+from workers.transfer import Sender, Transfer, locate_many
 
 LANES = 64
+
+
+def take(t: Transfer, i: int, datagram: bytes) -> bool:
+    """`Transfer.take_many` of one result: whether it was taken."""
+    row = np.frombuffer(datagram, np.uint8).reshape(1, -1)
+    return bool(t.take_many(row, np.arange(1), np.array([i], np.int64))[0])
 
 
 def tensor(fragments: int, seed: int = 0) -> np.ndarray:
@@ -50,7 +67,7 @@ def test_datagrams_equal_encoded_packets(placement: Placement) -> None:
             bitmap=1 << 2,
             lanes=frags[i] if q.raw[i] else q.lanes[i],
         )
-        assert bytes(t.datagram(i, sender)) == encode(want), f"fragment {i}"
+        assert t.datagrams(i, i + 1, sender)[0].tobytes() == encode(want), f"fragment {i}"
     assert q.raw[1]
 
 
@@ -62,11 +79,11 @@ def test_results_dequantize_like_dequantize() -> None:
     raw = rng.uniform(-5, 5, LANES).astype(np.float32)
     for i, exponent in enumerate((-3, 0, 7)):
         pkt = Packet(Kind.RESULT, 5, 0, 2, 0, i, Flag.COMPLETE, 0, exponent, 3, sums[i])
-        assert t.take(i, memoryview(encode(pkt)))
+        assert take(t, i, encode(pkt))
     flags = Flag.COMPLETE | Flag.RAW_FLOAT
     pkt = Packet(Kind.PS_RESULT, 5, PS_WORKER_ID, 2, 0, 3, flags, 0, 0, 3, raw)
-    assert t.take(3, encode(pkt))
-    assert not t.take(3, encode(pkt))  # a late duplicate
+    assert take(t, 3, encode(pkt))
+    assert not take(t, 3, encode(pkt))  # a late duplicate
     assert t.remaining == 0
     t.finish()
     for i, exponent in enumerate((-3, 0, 7)):
@@ -131,7 +148,7 @@ def test_a_burst_of_results_is_taken_like_one_result_at_a_time() -> None:
     rows = np.frombuffer(b"".join(datagrams), np.uint8).reshape(len(datagrams), -1)
     fragments = rows[:, 12:16].copy().view(">u4").reshape(-1).astype(np.int64)
     taken = many.take_many(rows, np.arange(len(rows)), fragments)
-    assert [one.take(int(f), d) for f, d in zip(fragments, datagrams, strict=True)] == list(taken)
+    assert [take(one, int(f), d) for f, d in zip(fragments, datagrams, strict=True)] == list(taken)
     assert many.remaining == one.remaining == 0
     one.finish()
     many.finish()
@@ -154,7 +171,7 @@ SPECIAL = np.array(
     fan_in=st.integers(1, 32),
     scale=st.integers(-140, 120),
 )
-def test_quantize_into_gives_the_lanes_of_quantize(
+def test_built_lanes_are_the_lanes_of_quantize(
     seed: int, exponents: list[int], fan_in: int, scale: int
 ) -> None:
     rng = np.random.default_rng(seed)
@@ -164,7 +181,12 @@ def test_quantize_into_gives_the_lanes_of_quantize(
     frags[specials] = rng.choice(SPECIAL, int(specials.sum()))
     exps = np.array(exponents, np.int8)
     want = quantize(frags, exps, fan_in)
-    got = np.full((4, LANES), 7, LANE_DTYPE)
-    raw = quantize_into(frags, exps, fan_in, got)
+    t = Transfer(frags.reshape(-1), "key", LANES, 0, fan_in, None)
+    t.activate()
+    t.exponents = exps
+    rows = t.datagrams(0, 4, Sender(job=1, worker=0, placement=HashedPlacement(1, 64)))
+    raw = (rows[:, :HEADER_SIZE].view(HEADER_DTYPE)[:, 0]["flags"] & int(Flag.RAW_FLOAT)) != 0
     np.testing.assert_array_equal(raw, want.raw)
-    np.testing.assert_array_equal(got, want.lanes)
+    got = rows[:, HEADER_SIZE:].view(LANE_DTYPE)
+    np.testing.assert_array_equal(got[~raw], want.lanes[~raw])
+    assert got[raw].tobytes() == frags[raw].astype(RAW_DTYPE).tobytes()

@@ -1,11 +1,11 @@
 /* Burst UDP I/O: many datagrams per system call.
  *
- * Mirrors what `p4ctl.dataplane` (Python path) does one datagram at a time with recvfrom and
- * sendto. Receive: recvmmsg, and with UDP_GRO on the socket one message may carry many
+ * Receive: recvmmsg, and with UDP_GRO on the socket one message may carry many
  * coalesced segments (a cmsg gives the segment size); every segment is copied into its own
  * fixed-stride slot, so the caller sees one row per datagram whatever the kernel merged.
  * Send: sendmmsg, and with UDP_SEGMENT (GSO) a run of same-size datagrams to one destination
- * leaves as one message that the kernel cuts into the same datagrams on the wire.
+ * leaves as one message that the kernel cuts into the same datagrams on the wire; without GSO
+ * (the caller's choice, or the kernel refused it once) each datagram is one message.
  *
  * Addresses are IPv4 packed as one int64: (host-order address << 16) | port.
  */
