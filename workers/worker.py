@@ -37,6 +37,7 @@ import numpy as np
 
 from workers.client import AllreduceClient, ClientOptions, open_socket
 from workers.errors import AllreduceTimeout, ClientClosed, JobCancelled, RendezvousError
+from workers.progress import ProgressLines
 from workers.rendezvous import WorkerJoin, join, load_config
 
 __all__ = ["Reporter", "main", "model_cost"]
@@ -184,8 +185,22 @@ class Reporter:
         self._http.close()
 
 
+_EXIT_HELP = f"""exit status (with one line on stderr):
+  0  done
+  {EXIT_CANCELLED}  the job was cancelled or failed
+  {EXIT_TIMEOUT}  no result within --timeout (a peer stopped, or the switch is unreachable)
+  {EXIT_JOIN}  could not join (service, token, config, or still queued after --queue-wait)
+  1  anything else
+  2  bad arguments"""
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="inasched worker", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="inasched worker",
+        description=__doc__.split("\n")[0],
+        epilog=_EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--job", type=int, help="the service's job id (default: $INASCHED_JOB)")
     parser.add_argument("--token", help="the job's join token (default: $INASCHED_JOIN_TOKEN)")
     parser.add_argument(
@@ -214,8 +229,20 @@ def _parser() -> argparse.ArgumentParser:
         choices=("engine", "python"),
         help="burst or per-datagram I/O (default: INASCHED_DATAPATH, else engine)",
     )
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="print no start and progress lines on stdout (the exit line on stderr stays)",
+    )
     parser.add_argument("--log-level", default="WARNING")
     return parser
+
+
+def _progress(args: argparse.Namespace) -> ProgressLines:
+    """The start and progress lines on stdout, or nowhere with `--quiet`."""
+    if args.quiet:
+        return ProgressLines(lambda line: None)
+    return ProgressLines(lambda line: print(line, flush=True))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,15 +316,9 @@ def _run(args: argparse.Namespace) -> int:
     # One random gradient, rescaled per iteration: generating fresh noise of a large model's
     # size every iteration would cost more than the allreduce being emulated.
     grad = (rng.standard_normal(size) * 1e-2).astype(np.float32)
-    log.info(
-        "job %d worker %d: %d iterations of %s (%d floats, %.3f s compute)",
-        join_info.job_id,
-        join_info.worker_id,
-        iterations,
-        model or "?",
-        size,
-        compute_s,
-    )
+    log.info("job %d: %.3f s compute per iteration", join_info.job_id, compute_s)
+    progress = _progress(args)
+    progress.start(join_info, iterations=iterations, gradient_bytes=size * 4, model=model)
     try:
         for it in range(iterations):
             if compute_s:
@@ -312,6 +333,7 @@ def _run(args: argparse.Namespace) -> int:
                 if reporter.cancelled:
                     raise JobCancelled(join_info.job_id, reporter.cancelled)
                 reporter.progress(it + 1, client)
+            progress.iteration(it + 1, client.stats())
         if reporter is not None:
             reporter.deliver(FINAL_REPORT_S)
     finally:
