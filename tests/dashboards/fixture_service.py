@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -289,6 +290,19 @@ def create_fixture_app(make_fake: Callable[[], FakeService] = FakeService) -> Fa
             if own and j.own and (not state or j.state == state)
         ]
         return {"items": items[offset : offset + limit], "total": len(items)}
+
+    @app.get("/jobs/queue")
+    def queue(authorization: str | None = Header(None)) -> dict[str, Any]:
+        own = _tenant(authorization)
+        waiting = [j for j in fake.jobs.values() if own and j.own and j.state == "queued"]
+        reasons = Counter(
+            (why["kind"], why["message"])
+            for why in (
+                j.queue_reason or {"kind": "scheduling", "message": "next round"} for j in waiting
+            )
+        )
+        groups = [{"kind": k, "message": m, "jobs": n} for (k, m), n in reasons.most_common()]
+        return {"total": len(waiting), "reasons": groups}
 
     @app.get("/jobs/{job_id}")
     def get_job(job_id: int, authorization: str | None = Header(None)) -> dict[str, Any]:
