@@ -24,6 +24,7 @@ export class JobsTable {
     this.queueBox = root.querySelector("#queue-summary");
     this.offset = 0;
     this.pageIds = new Set(); // ids of the page the service returned last
+    this.pageOffset = 0; // where that page starts (`offset` moves first, on a click)
     this.queued = null; // {total, reasons} of the tenant's queued jobs, for the switch panel
     this.filter.addEventListener("change", () => {
       this.offset = 0;
@@ -57,6 +58,7 @@ export class JobsTable {
         page = await api.jobs({ state: this.filter.value, limit: PAGE_SIZE, offset: this.offset });
       }
       this.pageIds = new Set(page.items.map((job) => job.id));
+      this.pageOffset = this.offset;
       store.setJobs(page.items, page.total);
     } catch (error) {
       this.notify(`Could not list jobs (${error.message}). Check the tenant token.`, "error");
@@ -144,7 +146,10 @@ export class JobsTable {
     this.empty.hidden = jobs.length > 0;
     this.empty.replaceChildren(...this.emptyText());
     this.renderPager();
-    if (!token.get()) this.renderQueue();
+    if (!token.get()) {
+      this.queued = null; // the token was forgotten: its queue is not this page's any more
+      this.renderQueue();
+    }
   }
 
   emptyText() {
@@ -163,8 +168,9 @@ export class JobsTable {
     }
     const state = this.filter.value;
     this.total.textContent = `${count(total)} ${state ? `${state} ` : ""}job${total === 1 ? "" : "s"}`;
-    const first = Math.min(total, this.offset + 1);
-    const last = Math.min(total, this.offset + this.pageIds.size);
+    // The range of the rows shown: a render while the next page loads keeps the last one's.
+    const first = Math.min(total, this.pageOffset + 1);
+    const last = Math.min(total, this.pageOffset + this.pageIds.size);
     this.range.textContent = total ? `${count(first)}–${count(last)} of ${count(total)}` : "";
     this.prev.disabled = this.offset === 0;
     this.next.disabled = this.offset + PAGE_SIZE >= total;

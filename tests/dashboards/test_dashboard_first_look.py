@@ -1,0 +1,84 @@
+"""What a person opening the dashboard for the first time needs to read it without the README:
+what a drop is and which drops matter, why the heatmap is empty without a token.
+
+Against the fake service (`fixture_service.py`), whose switch drops late packets of ended jobs
+(``unknown_job``, growing) and a few malformed ones (``bad_length``).
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.dashboards.conftest import serve
+from tests.dashboards.fixture_service import BAD_LENGTH_DROPS, TOKEN, create_fixture_app
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    with serve(create_fixture_app()) as base:
+        yield base
+
+
+def sign_in(page: Any, url: str, route: str = "") -> None:
+    page.goto(f"{url}/{route}")
+    page.fill("#token-input", TOKEN)
+    page.click("#token-form button")
+    page.wait_for_selector("#stream-status.live")
+
+
+def test_drops_say_what_they_are_and_late_packets_of_ended_jobs_are_not_alarming(
+    page: Any, console: Any, url: str, artifacts: pathlib.Path
+) -> None:
+    sign_in(page, url)
+    detail = page.locator("#drops-detail")
+    page.wait_for_function(
+        "() => Number(document.querySelector('#drops-detail').dataset.expected) > 0"
+    )
+    # The counter counts only what a misconfigured sender caused, and shows it as alarming.
+    assert page.inner_text("#c-drops") == str(BAD_LENGTH_DROPS)
+    assert "alarm" in (page.get_attribute("#c-drops", "class") or "")
+    summary = detail.locator("summary").inner_text()
+    assert summary.startswith(f"Drops: {BAD_LENGTH_DROPS} drops need a look · ")
+    assert "late packets of ended jobs" in summary and "(harmless)" in summary
+
+    detail.locator("summary").click()
+    assert "A drop is a packet the switch discarded" in detail.inner_text()
+    rows = detail.locator(".drops-table tbody tr")
+    reasons = rows.evaluate_all("rs => rs.map((r) => [r.dataset.reason, r.dataset.expected])")
+    # Alarming reasons first; a reason with no packet is left out.
+    assert reasons == [["bad_length", "false"], ["unknown_job", "true"]]
+    assert "finished or was cancelled" in rows.nth(1).inner_text()
+    assert detail.locator('a[href="/metrics"]').count() == 1
+    page.locator(".switch-panel").screenshot(path=str(artifacts / "first-look-drops.png"))
+    assert console.errors == []
+
+
+def test_without_a_token_the_heatmap_says_it_needs_one(
+    page: Any, console: Any, url: str, artifacts: pathlib.Path
+) -> None:
+    page.goto(url)
+    empty = page.locator("#heatmap-empty")
+    empty.wait_for()
+    assert "tenant token" in empty.inner_text()
+    assert page.locator("#heatmap").is_hidden()
+    assert page.locator("#drops-detail").is_hidden()
+
+    page.fill("#token-input", TOKEN)
+    page.click("#token-form button")
+    page.locator("#heatmap").wait_for()
+    assert empty.is_hidden()
+
+    # Forgetting the token forgets the tenant's view of the switch too.
+    page.click("#token-forget")
+    empty.wait_for()
+    assert page.inner_text("#c-used") == "–"
+    assert page.locator("#queue-summary").is_hidden()
+    assert page.locator('#legend-jobs li[data-job-id="1"]').count() == 0
+    page.screenshot(path=str(artifacts / "first-look-no-token.png"))
+    assert console.errors == []
