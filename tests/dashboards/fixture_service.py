@@ -51,6 +51,7 @@ class FakeJob:
     history: list[dict[str, float]] = field(default_factory=list)
     reason: str | None = None
     queue_reason: dict[str, Any] | None = None
+    stalled: bool = False  # running, but its iterations do not advance (0 B/s)
 
     def public(self) -> dict[str, Any]:
         def iso(t: float | None) -> str | None:
@@ -160,7 +161,7 @@ class FakeService:
 
     def tick(self) -> None:
         for job in self.jobs.values():
-            if job.state == "running" and job.iterations_done < job.iterations:
+            if job.state == "running" and not job.stalled and job.iterations_done < job.iterations:
                 job.iterations_done += 1
                 if job.iterations_done == job.iterations:
                     job.state, job.finished_at = "finished", time.time()

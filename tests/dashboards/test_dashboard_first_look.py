@@ -1,5 +1,6 @@
 """What a person opening the dashboard for the first time needs to read it without the README:
-what a drop is and which drops matter, why the heatmap is empty without a token.
+what a drop is and which drops matter, why the heatmap is empty without a token, a throughput
+axis that reads at 0 B/s.
 
 Against the fake service (`fixture_service.py`), whose switch drops late packets of ended jobs
 (``unknown_job``, growing) and a few malformed ones (``bad_length``).
@@ -8,13 +9,20 @@ Against the fake service (`fixture_service.py`), whose switch drops late packets
 from __future__ import annotations
 
 import pathlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.dashboards.conftest import serve
-from tests.dashboards.fixture_service import BAD_LENGTH_DROPS, TOKEN, create_fixture_app
+from tests.dashboards.fixture_service import (
+    BAD_LENGTH_DROPS,
+    TOKEN,
+    FakeJob,
+    FakeService,
+    create_fixture_app,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -81,4 +89,36 @@ def test_without_a_token_the_heatmap_says_it_needs_one(
     assert page.locator("#queue-summary").is_hidden()
     assert page.locator('#legend-jobs li[data-job-id="1"]').count() == 0
     page.screenshot(path=str(artifacts / "first-look-no-token.png"))
+    assert console.errors == []
+
+
+def _stalled_job() -> FakeService:
+    job = FakeJob(
+        9, "stalled", "esa", "running", 1000, 40, started_at=time.time() - 60, stalled=True
+    )
+    return FakeService([job])
+
+
+@pytest.fixture(scope="module")
+def stalled_url() -> Iterator[str]:
+    with serve(create_fixture_app(_stalled_job)) as base:
+        yield base
+
+
+def test_a_running_job_at_zero_bytes_per_second_has_an_axis_that_reads_at_zero(
+    page: Any, console: Any, stalled_url: str, artifacts: pathlib.Path
+) -> None:
+    sign_in(page, stalled_url, "#/jobs/9")
+    chart = page.locator('#view-job svg[aria-label="throughput"]')
+    chart.wait_for(timeout=15_000)
+    labels = chart.locator(".axes text").evaluate_all("ts => ts.map((t) => t.textContent)")
+    y_ticks = [t for t in labels if t.endswith("B")]
+    assert y_ticks == ["0B", "500B", "1.0KB"], labels
+    assert "0 B/s now" in page.inner_text("#view-job .throughput-note")
+    # Priority levels are whole numbers: no "0.5" on their axis.
+    levels = page.locator(
+        '#view-job svg[aria-label="priority level over time"] text[text-anchor="end"]'
+    )
+    assert levels.evaluate_all("ts => ts.map((t) => t.textContent)") == ["0", "1"]
+    page.screenshot(path=str(artifacts / "first-look-zero-throughput.png"))
     assert console.errors == []

@@ -22,7 +22,8 @@ export function ticks(lo, hi, target = 5) {
 
 /**
  * series: [{name, color, points: [[x, y], ...], step?: boolean}]
- * options: {width, height, xLabel, yLabel, xMin, xMax, yMin, yMax, xFormat, yFormat, legend}
+ * options: {width, height, xLabel, yLabel, xMin, xMax, yMin, yMax, xFormat, yFormat, legend,
+ *   yWhole (only whole-number ticks on the y axis: levels, counts)}
  */
 export function lineChart(series, options = {}) {
   const width = options.width || 520;
@@ -57,7 +58,7 @@ export function lineChart(series, options = {}) {
     axes.append(svg("line", { x1: sx(t), x2: sx(t), y1: m.top, y2: m.top + ph, class: "grid" }));
     axes.append(svg("text", { x: sx(t), y: m.top + ph + 14, "text-anchor": "middle" }, xFormat(t)));
   }
-  for (const t of ticks(yMin, yMax, 4)) {
+  for (const t of ticks(yMin, yMax, 4).filter((v) => !options.yWhole || Number.isInteger(v))) {
     axes.append(svg("line", { x1: m.left, x2: m.left + pw, y1: sy(t), y2: sy(t), class: "grid" }));
     axes.append(svg("text", { x: m.left - 6, y: sy(t) + 4, "text-anchor": "end" }, yFormat(t)));
   }
