@@ -1,6 +1,7 @@
 """What a person opening the dashboard for the first time needs to read it without the README:
 what a drop is and which drops matter, why the heatmap is empty without a token, a throughput
-axis that reads at 0 B/s.
+axis that reads at 0 B/s, how a benchmark run gets onto the Benchmarks page, and a JCT CDF on a
+log axis whose curves stay apart when they coincide.
 
 Against the fake service (`fixture_service.py`), whose switch drops late packets of ended jobs
 (``unknown_job``, growing) and a few malformed ones (``bad_length``).
@@ -18,6 +19,7 @@ import pytest
 from tests.dashboards.conftest import serve
 from tests.dashboards.fixture_service import (
     BAD_LENGTH_DROPS,
+    EMPTY_TOKEN,
     TOKEN,
     FakeJob,
     FakeService,
@@ -33,9 +35,9 @@ def url() -> Iterator[str]:
         yield base
 
 
-def sign_in(page: Any, url: str, route: str = "") -> None:
+def sign_in(page: Any, url: str, route: str = "", token: str = TOKEN) -> None:
     page.goto(f"{url}/{route}")
-    page.fill("#token-input", TOKEN)
+    page.fill("#token-input", token)
     page.click("#token-form button")
     page.wait_for_selector("#stream-status.live")
 
@@ -121,4 +123,39 @@ def test_a_running_job_at_zero_bytes_per_second_has_an_axis_that_reads_at_zero(
     )
     assert levels.evaluate_all("ts => ts.map((t) => t.textContent)") == ["0", "1"]
     page.screenshot(path=str(artifacts / "first-look-zero-throughput.png"))
+    assert console.errors == []
+
+
+def test_an_empty_benchmarks_page_says_a_run_is_stored_only_with_service_and_token(
+    page: Any, console: Any, url: str, artifacts: pathlib.Path
+) -> None:
+    sign_in(page, url, "#/bench", token=EMPTY_TOKEN)
+    empty = page.locator("#view-bench .bench-empty")
+    empty.wait_for()
+    text = empty.inner_text()
+    assert "only when it is given this service and your tenant token" in text
+    assert "--out folder only" in text
+    assert f"--service {url} --token YOUR_TENANT_TOKEN" in text
+    page.screenshot(path=str(artifacts / "first-look-bench-empty.png"))
+    assert console.errors == []
+
+
+def test_the_jct_cdf_has_a_log_axis_and_a_line_style_per_policy(
+    page: Any, console: Any, url: str, artifacts: pathlib.Path
+) -> None:
+    sign_in(page, url, "#/bench")
+    chart = page.locator('#view-bench svg[aria-label="JCT CDF per policy"]')
+    chart.wait_for()
+    assert chart.get_attribute("data-x-scale") == "log"
+    # The fixture's JCTs lie between 40 s and 130 s: whole decades 10 s to 1k s, and as the
+    # axis spans only two decades, 2 and 5 times each power of ten.
+    x_ticks = chart.locator('.axes text[text-anchor="middle"]:not(.label)')
+    labels = x_ticks.evaluate_all("ts => ts.map((t) => t.textContent)")
+    assert labels == ["10", "20", "50", "100", "200", "500", "1k"]
+    dashes = chart.locator("path.series").evaluate_all(
+        "ps => ps.map((p) => [p.dataset.series, p.getAttribute('stroke-dasharray')])"
+    )
+    assert [name for name, _ in dashes] == ["static", "atp", "esa"]
+    assert len({dash for _, dash in dashes}) == 3, dashes
+    page.locator(".run-detail figure").screenshot(path=str(artifacts / "first-look-jct-cdf.png"))
     assert console.errors == []
