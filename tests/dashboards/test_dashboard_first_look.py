@@ -1,17 +1,18 @@
 """What a person opening the dashboard for the first time needs to read it without the README:
-what a drop is and which drops matter, why the heatmap is empty without a token, a throughput
-axis that reads at 0 B/s, how a benchmark run gets onto the Benchmarks page, and a JCT CDF on a
-log axis whose curves stay apart when they coincide.
+what a drop is and which drops matter, why the heatmap is empty without a token, a queue of
+9,744 jobs counted per reason, a throughput axis that reads at 0 B/s, how a benchmark run gets
+onto the Benchmarks page, and a JCT CDF on a log axis whose curves stay apart when they coincide.
 
 Against the fake service (`fixture_service.py`), whose switch drops late packets of ended jobs
-(``unknown_job``, growing) and a few malformed ones (``bad_length``).
+(``unknown_job``, growing) and a few malformed ones (``bad_length``); the real service's
+grouping of the queue is checked in tests/api/test_jobviews.py.
 """
 
 from __future__ import annotations
 
 import pathlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -25,21 +26,19 @@ from tests.dashboards.fixture_service import (
     FakeService,
     create_fixture_app,
 )
+from tests.dashboards.test_dashboard_explains import sign_in
 
 pytestmark = pytest.mark.browser
 
 
-@pytest.fixture(scope="module")
-def url() -> Iterator[str]:
-    with serve(create_fixture_app()) as base:
+def _served(make_fake: Callable[[], FakeService]) -> Iterator[str]:
+    with serve(create_fixture_app(make_fake)) as base:
         yield base
 
 
-def sign_in(page: Any, url: str, route: str = "", token: str = TOKEN) -> None:
-    page.goto(f"{url}/{route}")
-    page.fill("#token-input", token)
-    page.click("#token-form button")
-    page.wait_for_selector("#stream-status.live")
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    yield from _served(FakeService)
 
 
 def test_drops_say_what_they_are_and_late_packets_of_ended_jobs_are_not_alarming(
@@ -103,8 +102,7 @@ def _stalled_job() -> FakeService:
 
 @pytest.fixture(scope="module")
 def stalled_url() -> Iterator[str]:
-    with serve(create_fixture_app(_stalled_job)) as base:
-        yield base
+    yield from _served(_stalled_job)
 
 
 def test_a_running_job_at_zero_bytes_per_second_has_an_axis_that_reads_at_zero(
@@ -158,4 +156,46 @@ def test_the_jct_cdf_has_a_log_axis_and_a_line_style_per_policy(
     assert [name for name, _ in dashes] == ["static", "atp", "esa"]
     assert len({dash for _, dash in dashes}) == 3, dashes
     page.locator(".run-detail figure").screenshot(path=str(artifacts / "first-look-jct-cdf.png"))
+    assert console.errors == []
+
+
+QUOTA = "tenant alice has 4 jobs admitted, as many as its quota allows"
+SWITCH_IDS = "all 1,024 switch job ids in use"
+HELD_BY_QUOTA, WAITING_FOR_AN_ID, FINISHED = 500, 9_244, 256
+
+
+def crowded_queue() -> FakeService:
+    def queued(job_id: int, kind: str, message: str) -> FakeJob:
+        why = {"kind": kind, "message": message, "slots": None}
+        return FakeJob(job_id, f"q-{job_id}", "esa", "queued", 10, queue_reason=why)
+
+    jobs = [FakeJob(i, f"done-{i}", "esa", "finished", 10, 10) for i in range(1, FINISHED + 1)]
+    first = FINISHED + 1
+    jobs += [queued(first + i, "tenant_quota", QUOTA) for i in range(HELD_BY_QUOTA)]
+    first += HELD_BY_QUOTA
+    jobs += [queued(first + i, "switch_job_ids", SWITCH_IDS) for i in range(WAITING_FOR_AN_ID)]
+    return FakeService(jobs)
+
+
+@pytest.fixture(scope="module")
+def crowded_url() -> Iterator[str]:
+    yield from _served(crowded_queue)
+
+
+def test_ten_thousand_queued_jobs_read_as_a_count_per_reason(
+    page: Any, console: Any, crowded_url: str, artifacts: pathlib.Path
+) -> None:
+    sign_in(page, crowded_url)
+    summary = page.locator("#queue-summary")
+    summary.wait_for()
+    assert summary.inner_text().startswith("9,744 of your jobs wait:")
+    items = summary.locator("li")
+    assert items.count() == 2
+    # The most common reason first, each with how many jobs wait for it.
+    assert items.nth(0).get_attribute("data-kind") == "switch_job_ids"
+    assert items.nth(0).inner_text().startswith(f"9,244 jobs: {SWITCH_IDS}")
+    assert items.nth(1).get_attribute("data-kind") == "tenant_quota"
+    assert items.nth(1).inner_text().startswith(f"500 jobs: {QUOTA}")
+    assert "more" not in summary.inner_text()
+    page.screenshot(path=str(artifacts / "queue-at-scale.png"))
     assert console.errors == []
