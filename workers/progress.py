@@ -53,7 +53,9 @@ class ProgressLines:
         self._started = 0.0
         self._last_line = 0.0
 
-    def start(self, join: WorkerJoin, *, iterations: int, gradient_bytes: int, model: str) -> None:
+    def start(
+        self, join: WorkerJoin, *, iterations: int, gradient_bytes: int, model: str | None
+    ) -> None:
         """``job 4 worker 0: 100 iterations of a 4.1 KB gradient (ResNet-50) through the
         switch at 127.0.0.1:9000, policy esa; progress every 10 s``"""
         self._prefix = f"job {join.job_id} worker {join.worker_id}"
