@@ -226,6 +226,21 @@ class JobList(BaseModel):
     total: int
 
 
+class QueueGroup(BaseModel):
+    """Queued jobs that wait for the same reason."""
+
+    kind: QueueReasonKind
+    message: str
+    jobs: int = Field(description="how many of the queued jobs wait for this reason")
+
+
+class QueueSummary(BaseModel):
+    """Why the queued jobs wait, every one of them counted, most common reason first."""
+
+    total: int
+    reasons: list[QueueGroup]
+
+
 class EndpointPublic(BaseModel):
     host: str
     port: int

@@ -42,7 +42,8 @@ DEMO_JOBS = (
 
 def spawn_workers(url: str, job: dict[str, Any]) -> list[subprocess.Popen[bytes]]:
     """Start one ``inasched worker`` process per worker of `job` (a `JobCreated` body)."""
-    cmd = [sys.executable, "-m", "cli", "worker", "--service", url]
+    # Quiet: the demo reports each job as it ends; six workers' progress lines would bury it.
+    cmd = [sys.executable, "-m", "cli", "worker", "--service", url, "--quiet"]
     cmd += ["--job", str(job["id"]), "--token", str(job["join_token"])]
     # A session of their own: Ctrl-C in the terminal reaches `inasched up`, which stops the
     # workers itself, instead of every worker printing its own KeyboardInterrupt.

@@ -141,7 +141,7 @@ def parse_join(body: Mapping[str, Any]) -> WorkerJoin:
             placement=_placement(body["placement"]),
             iterations=int(body.get("iterations", 0)),
             gradient_bytes=int(body.get("gradient_bytes", 0)),
-            model=str(body.get("model", "")),
+            model=str(body.get("model") or ""),  # null for a job without a model
             heartbeat_interval_s=float(body.get("heartbeat_interval_s", 1.0)),
             data_host=body.get("data_host"),
             data_port=int(body["data_port"]) if body.get("data_port") is not None else None,

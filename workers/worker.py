@@ -39,6 +39,7 @@ from p4ctl.gso_option import add_gso_argument
 from workers.client import AllreduceClient, open_socket
 from workers.errors import AllreduceTimeout, ClientClosed, JobCancelled, RendezvousError
 from workers.options import ClientOptions
+from workers.progress import ProgressLines
 from workers.rendezvous import WorkerJoin, join, load_config
 
 __all__ = ["Reporter", "main", "model_cost"]
@@ -186,8 +187,22 @@ class Reporter:
         self._http.close()
 
 
+_EXIT_HELP = f"""exit status (with one line on stderr):
+  0  done
+  {EXIT_CANCELLED}  the job was cancelled or failed
+  {EXIT_TIMEOUT}  no result within --timeout (a peer stopped, or the switch is unreachable)
+  {EXIT_JOIN}  could not join (service, token, config, or still queued after --queue-wait)
+  1  anything else
+  2  bad arguments"""
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="inasched worker", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="inasched worker",
+        description=__doc__.split("\n")[0],
+        epilog=_EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--job", type=int, help="the service's job id (default: $INASCHED_JOB)")
     parser.add_argument("--token", help="the job's join token (default: $INASCHED_JOIN_TOKEN)")
     parser.add_argument(
@@ -212,8 +227,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=0)
     add_gso_argument(parser)
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="print no start and progress lines on stdout (the exit line on stderr stays)",
+    )
     parser.add_argument("--log-level", default="WARNING")
     return parser
+
+
+def _progress(args: argparse.Namespace) -> ProgressLines:
+    """The start and progress lines on stdout, or nowhere with `--quiet`."""
+    if args.quiet:
+        return ProgressLines(lambda line: None)
+    return ProgressLines(lambda line: print(line, flush=True))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -293,7 +320,11 @@ def _workload(args: argparse.Namespace, join_info: WorkerJoin) -> _Workload:
 
 
 def _train(
-    client: AllreduceClient, reporter: Reporter | None, work: _Workload, grad: np.ndarray
+    client: AllreduceClient,
+    reporter: Reporter | None,
+    work: _Workload,
+    grad: np.ndarray,
+    progress: ProgressLines,
 ) -> None:
     """The iterations: compute, allreduce, report progress; JobCancelled when the job ends."""
     job_id = client.join.job_id
@@ -310,6 +341,7 @@ def _train(
             if reporter.cancelled:
                 raise JobCancelled(job_id, reporter.cancelled)
             reporter.progress(it + 1, client)
+        progress.iteration(it + 1, client.stats())
     if reporter is not None:
         reporter.deliver(FINAL_REPORT_S)
 
@@ -325,17 +357,13 @@ def _run(args: argparse.Namespace) -> int:
     # One random gradient, rescaled per iteration: generating fresh noise of a large model's
     # size every iteration would cost more than the allreduce being emulated.
     grad = (rng.standard_normal(work.size) * 1e-2).astype(np.float32)
-    log.info(
-        "job %d worker %d: %d iterations of %s (%d floats, %.3f s compute)",
-        join_info.job_id,
-        join_info.worker_id,
-        work.iterations,
-        work.model or "?",
-        work.size,
-        work.compute_s,
+    log.info("job %d: %.3f s compute per iteration", join_info.job_id, work.compute_s)
+    progress = _progress(args)
+    progress.start(
+        join_info, iterations=work.iterations, gradient_bytes=work.size * 4, model=work.model
     )
     try:
-        _train(client, reporter, work, grad)
+        _train(client, reporter, work, grad, progress)
     finally:
         if reporter is not None:
             reporter.close()

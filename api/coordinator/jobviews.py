@@ -3,6 +3,7 @@ decision round changes, and why each queued job waits (`QueueReasons`)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
@@ -10,7 +11,7 @@ from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from api.coordinator.quotas import TenantQuota
-from api.schemas import JobPublic, QueueReason
+from api.schemas import JobPublic, QueueGroup, QueueReason
 from api.store.models import Job
 from scheduler.memory import COPIES_PER_SLOT, JobState, Partition
 from scheduler.snapshot import JobView, Queue
@@ -130,6 +131,15 @@ class QueueReasons:
         for job_id in job_ids:
             self._by_job.pop(job_id, None)
             self._decided.pop(job_id, None)
+
+    def grouped(self, job_ids: Iterable[int]) -> list[QueueGroup]:
+        """The reasons the queued `job_ids` wait for, each with how many, most common first."""
+        counts = Counter(
+            (why.kind, why.message)
+            for why in (self._by_job.get(job_id, NOT_YET_DECIDED) for job_id in job_ids)
+        )
+        groups = [QueueGroup(kind=k, message=m, jobs=n) for (k, m), n in counts.items()]
+        return sorted(groups, key=lambda g: (-g.jobs, g.kind, g.message))
 
     def of(self, job: Job) -> QueueReason | None:
         """Why `job` waits; None unless it is queued."""

@@ -203,6 +203,14 @@ def list_jobs(
     return rows, total
 
 
+def queued_job_ids(session: Session, *, tenant_id: int | None) -> Sequence[int]:
+    """Ids of the tenant's queued jobs (every tenant's with `tenant_id` None)."""
+    where = [Job.state == "queued"]
+    if tenant_id is not None:
+        where.append(Job.tenant_id == tenant_id)
+    return session.scalars(select(Job.id).where(*where)).all()
+
+
 def get_state(session: Session, *, key: str) -> dict[str, Any] | None:
     """The service-wide value stored under `key`, or None."""
     row = session.get(ServiceState, key)

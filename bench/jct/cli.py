@@ -226,12 +226,13 @@ def main(argv: list[str] | None = None) -> int:
         outcomes = _run_points_in_parallel(tasks, args.jobs, bar)
     else:
         outcomes = [_run_point(task, runner, bar) for task in tasks]
-    sweep_rows, cpu_rows = [], []
+    sweep_rows, cpu_rows, stored = [], [], []
     for point, task, outcome in zip(points, tasks, outcomes, strict=True):
         if args.service:
             from bench.jct.store import store_run
 
-            store_run(args.service, args.token, task.folder, args.workload, backend)
+            run = store_run(args.service, args.token, task.folder, args.workload, backend)
+            stored.append(run.get("id"))
         if point:
             gains = outcome.document.get("decomposition", {})
             sweep_rows.append(grid.grid_row(point, outcome.summaries, outcome.ratios, gains))
@@ -251,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
             out, sweeps, policies, f"{args.workload} ({backend})"
         )
         print("\n".join([*(f"heatmap: {path}" for path in written), *skipped]))
-    print(f"output: {out}")
+    from bench.jct.store import where_stored
+
+    print(where_stored(out, args.service, stored))
     return 0
 
 

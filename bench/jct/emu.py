@@ -491,6 +491,7 @@ def _worker_argv(url: str, created: dict[str, Any], job: JobSpec) -> list[str]:
         str(created["join_token"]),
         "--timeout",
         str(WORKER_TIMEOUT_S),
+        "--quiet",  # nothing reads the worker's stdout after "ready": its pipe would fill
         *_worker_args(job),
     ]
 

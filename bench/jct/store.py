@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-__all__ = ["StoreError", "run_body", "store_run"]
+__all__ = ["StoreError", "run_body", "store_run", "where_stored"]
 
 log = logging.getLogger(__name__)
 
@@ -68,3 +68,17 @@ def store_run(
     stored: dict[str, Any] = resp.json()
     log.info("stored benchmark run %s in %s", stored.get("id"), url)
     return stored
+
+
+def where_stored(out: Path, service: str | None, run_ids: list[object]) -> str:
+    """The closing line of ``inasched bench jct``: the output folder, and the service runs
+    `run_ids` stored in, or that the run was stored nowhere else."""
+    if not service:
+        return (
+            f"output: {out} (stored nowhere else: with --service URL --token TOKEN the run "
+            "also shows on that service's Benchmarks page)"
+        )
+    noun = "run" if len(run_ids) == 1 else "runs"
+    ids = ", ".join(str(i) for i in run_ids)
+    bench_page = f"{service.rstrip('/')}/#/bench"
+    return f"output: {out}; stored in {service} as {noun} {ids} (Benchmarks page: {bench_page})"

@@ -85,3 +85,32 @@ def test_a_job_finding_every_switch_job_id_taken_says_so(two_switch_ids: Api) ->
     # The id returns once the switch has removed the cancelled job; the next round admits.
     wait_for(lambda: _job(api, waiting["id"])["state"] == "admitted", "a free switch job id")
     assert _job(api, waiting["id"])["queue_reason"] is None
+
+
+def test_the_queue_counts_every_waiting_job_under_its_reason(static_api: Api) -> None:
+    api = static_api
+    assert api.submit(name="whole-pool", window=128)["state"] == "admitted"
+    waiting = [api.submit(name=f"w{i}", window=w) for i, w in enumerate((64, 32, 64))]
+    assert [j["state"] for j in waiting] == ["queued"] * 3
+    other = {"Authorization": f"Bearer {api.other_token}"}
+    body = {"name": "other", "n_workers": 2, "iterations": 3, "gradient_bytes": 4096}
+    assert api.client.post("/jobs", json={**body, "window": 16}, headers=other).status_code == 201
+
+    summary = api.client.get("/jobs/queue", headers=api.auth()).json()
+    assert summary == {
+        "total": 3,
+        "reasons": [
+            {
+                "kind": "partition",
+                "message": "waiting for a partition of 64 slots (128 aggregators)",
+                "jobs": 2,
+            },
+            {
+                "kind": "partition",
+                "message": "waiting for a partition of 32 slots (64 aggregators)",
+                "jobs": 1,
+            },
+        ],
+    }
+    everyone = api.client.get("/jobs/queue", headers=api.auth(api.admin_token)).json()
+    assert everyone["total"] == 4

@@ -5,18 +5,21 @@ from __future__ import annotations
 import csv
 import json
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
+from api.settings import Settings
 from bench.jct.cli import main
 from bench.jct.output import PLOTS, read_jobs_csv
 from bench.jct.params import BenchParams, parse_sweep
 from bench.jct.results import JOB_COLUMNS
 from bench.jct.store import store_run
 from scheduler.workload import synthetic_jobs, write_workload
+from tests.api.conftest import Api, make_api
 
 POLICY_KEYS = {"avg_jct", "p50_jct", "p95_jct", "p99_jct", "memory_utilisation", "in_switch_share"}
 WORKLOAD = "synthetic-12"
@@ -182,3 +185,33 @@ def test_report_shows_the_ps_load_of_each_policy(run_dir: Path) -> None:
     assert rows["static"].split("|")[2:4] == [" 0.000 ", " 0.000 "]
     assert rows["atp"].split("|")[3].strip() == "0.000"
     assert float(rows["atp"].split("|")[2]) > 0 and float(rows["esa"].split("|")[3]) > 0
+
+
+def test_bench_jct_says_the_run_went_only_to_out_without_a_service(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    argv = ["--workload", "synthetic-5", "--policies", "atp", "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith(f"output: {out} (stored nowhere else: with --service URL --token")
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Api]:
+    settings = Settings(data_dir=tmp_path / "service", switch="memory", aggregators=256)
+    yield from make_api(settings)
+
+
+def test_bench_jct_says_which_service_run_it_stored(
+    service: Api, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = str(service.client.base_url).rstrip("/")
+    out = tmp_path / "run"
+    argv = ["--workload", "synthetic-5", "--policies", "atp", "--out", str(out), "--quiet"]
+    assert main([*argv, "--service", url, "--token", service.token]) == 0
+    (run,) = service.client.get("/bench/runs", headers=service.auth()).json()
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == (
+        f"output: {out}; stored in {url} as run {run['id']} (Benchmarks page: {url}/#/bench)"
+    )

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,8 @@ EMPTY_TOKEN = "ina_t_fixture-no-jobs"  # a tenant without jobs
 AGGREGATORS = 1024
 LANES = 64
 TICK_S = 0.25
+BAD_LENGTH_DROPS = 3
+NOT_DECIDED = "waiting for the scheduler's next decision round"
 
 
 @dataclass
@@ -48,6 +51,7 @@ class FakeJob:
     history: list[dict[str, float]] = field(default_factory=list)
     reason: str | None = None
     queue_reason: dict[str, Any] | None = None
+    stalled: bool = False  # running, but its iterations do not advance (0 B/s)
 
     def public(self) -> dict[str, Any]:
         def iso(t: float | None) -> str | None:
@@ -157,7 +161,7 @@ class FakeService:
 
     def tick(self) -> None:
         for job in self.jobs.values():
-            if job.state == "running" and job.iterations_done < job.iterations:
+            if job.state == "running" and not job.stalled and job.iterations_done < job.iterations:
                 job.iterations_done += 1
                 if job.iterations_done == job.iterations:
                     job.state, job.finished_at = "finished", time.time()
@@ -195,7 +199,12 @@ class FakeService:
             "runs": runs,
             "counters": {
                 "jobs": per_job,
-                "drops": {"stale": self.counters["dropped"], "bad_length": 0},
+                # Late packets of ended jobs (expected) and a few a misconfigured sender caused.
+                "drops": {
+                    "unknown_job": self.counters["dropped"],
+                    "bad_length": BAD_LENGTH_DROPS,
+                    "stale": 0,
+                },
             },
         }
 
@@ -290,6 +299,19 @@ def create_fixture_app(make_fake: Callable[[], FakeService] = FakeService) -> Fa
         ]
         return {"items": items[offset : offset + limit], "total": len(items)}
 
+    @app.get("/jobs/queue")
+    def queue(authorization: str | None = Header(None)) -> dict[str, Any]:
+        own = _tenant(authorization)
+        waiting = [j for j in fake.jobs.values() if own and j.own and j.state == "queued"]
+        reasons = Counter(
+            (why["kind"], why["message"])
+            for why in (
+                j.queue_reason or {"kind": "scheduling", "message": NOT_DECIDED} for j in waiting
+            )
+        )
+        groups = [{"kind": k, "message": m, "jobs": n} for (k, m), n in reasons.most_common()]
+        return {"total": len(waiting), "reasons": groups}
+
     @app.get("/jobs/{job_id}")
     def get_job(job_id: int, authorization: str | None = Header(None)) -> dict[str, Any]:
         _tenant(authorization)
@@ -324,7 +346,8 @@ def create_fixture_app(make_fake: Callable[[], FakeService] = FakeService) -> Fa
 
     @app.get("/bench/runs")
     def bench_runs(authorization: str | None = Header(None)) -> list[dict[str, Any]]:
-        _tenant(authorization)
+        if not _tenant(authorization):
+            return []  # the tenant without jobs has stored no run either
         return [{k: v for k, v in fake.bench_run.items() if k != "jobs"}]
 
     @app.get("/bench/runs/{run_id}")

@@ -23,8 +23,16 @@ from api.http.deps import (
     unknown_token,
 )
 from api.http.routes import not_found
-from api.schemas import JobCreate, JobCreated, JobDetail, JobList, JobPublic, JobStateName
-from api.store.crud import get_job, list_jobs
+from api.schemas import (
+    JobCreate,
+    JobCreated,
+    JobDetail,
+    JobList,
+    JobPublic,
+    JobStateName,
+    QueueSummary,
+)
+from api.store.crud import get_job, list_jobs, queued_job_ids
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -76,6 +84,15 @@ def index(
     rows, total = list_jobs(session, tenant_id=owner, state=state, limit=limit, offset=offset)
     reasons = service.coordinator.queue_reasons
     return JobList(items=[job_public(r, reasons, JobPublic) for r in rows], total=total)
+
+
+@router.get("/queue", summary="why the tenant's queued jobs wait, with a count per reason")
+def queue(caller: CallerDep, session: SessionDep, service: ServiceDep) -> QueueSummary:
+    """``{"total": n, "reasons": [{"kind", "message", "jobs"}]}``: every queued job of the
+    tenant (an admin token: of every tenant) counted under its reason, most common first."""
+    owner = None if caller.admin else caller.tenant.id
+    ids = queued_job_ids(session, tenant_id=owner)
+    return QueueSummary(total=len(ids), reasons=service.coordinator.queue_reasons.grouped(ids))
 
 
 @router.get(

@@ -47,6 +47,7 @@ export const api = {
     if (state) q.set("state", state);
     return request(`/jobs?${q}`);
   },
+  queue: () => request("/jobs/queue"),
   job: (id) => request(`/jobs/${encodeURIComponent(id)}`),
   cancel: (id) => request(`/jobs/${encodeURIComponent(id)}`, { method: "DELETE" }),
   switch: () => request("/switch"),

@@ -8,6 +8,9 @@ import { duration, el, parseTime } from "./format.js";
 const POLICY_ORDER = ["static", "atp", "esa"];
 const POLICY_COLOURS = { static: "#6b7280", atp: "#d97706", esa: "#059669" };
 const FALLBACK_COLOURS = ["#2563eb", "#db2777", "#7c3aed", "#0891b2"];
+// A line style per curve, so curves that coincide (static under esa when memory is ample)
+// stay visible: solid, dashed, dotted, dash-dot.
+const DASHES = ["", "7 4", "2 3", "8 3 2 3"];
 
 // Linear interpolation between ranks, as numpy.percentile (bench.jct_results) computes it.
 export function percentile(sorted, q) {
@@ -148,7 +151,28 @@ export class BenchView {
     if (!this.runs.length) {
       this.root.replaceChildren(
         el("h2", {}, "Benchmarks"),
-        el("p", { class: "empty" }, "No JCT benchmark run is stored yet. Run `inasched bench jct` to add one."),
+        el(
+          "div",
+          { class: "empty bench-empty" },
+          el("p", {}, "No JCT benchmark run is stored yet."),
+          el(
+            "p",
+            {},
+            el("code", {}, "inasched bench jct"),
+            " stores its run here only when it is given this service and your tenant token; without ",
+            el("code", {}, "--service"),
+            " and ",
+            el("code", {}, "--token"),
+            " it writes the run to its ",
+            el("code", {}, "--out"),
+            " folder only. For example:",
+          ),
+          el(
+            "pre",
+            {},
+            `inasched bench jct --workload synthetic-10 --out results/first \\\n    --service ${location.origin} --token YOUR_TENANT_TOKEN`,
+          ),
+        ),
       );
       return;
     }
@@ -228,16 +252,28 @@ export class BenchView {
     );
     const series = orderPolicies(Object.keys(groups)).map((p, i) => {
       const jcts = groups[p];
-      return { name: p, color: colourOf(p, i), step: true, points: [[jcts[0], 0], ...jcts.map((v, k) => [v, (k + 1) / jcts.length])] };
+      return {
+        name: p,
+        color: colourOf(p, i),
+        dash: DASHES[i % DASHES.length],
+        step: true,
+        points: [[jcts[0], 0], ...jcts.map((v, k) => [v, (k + 1) / jcts.length])],
+      };
     });
+    // JCTs span seconds to weeks: a log axis, as JCT CDFs are drawn in the field, keeps the
+    // short jobs (most of them) from crowding the left edge. Whole decades at both ends.
+    const positive = Object.values(groups).flat().filter((v) => v > 0);
     const cdf = series.length
       ? lineChart(series, {
           width: 680,
           height: 280,
           yMin: 0,
           yMax: 1,
-          xMin: 0,
-          xLabel: "JCT (s)",
+          xLog: true,
+          xMin: positive.length ? 10 ** Math.floor(Math.log10(Math.min(...positive))) : 1,
+          xMax: positive.length ? 10 ** Math.ceil(Math.log10(Math.max(...positive))) : 10,
+          xFormat: secondsText,
+          xLabel: "JCT (s, log scale)",
           yLabel: "fraction of jobs",
           yFormat: (v) => v.toFixed(1),
           legend: true,
@@ -253,6 +289,14 @@ export class BenchView {
       el("figure", {}, el("figcaption", {}, "JCT CDF per policy"), cdf),
     );
   }
+}
+
+// Log-axis ticks: 1 s, 10 s, 100 s, 1k s, 10k s, 100k s, 1M s (and 2, 5 times them).
+function secondsText(v) {
+  for (const [scale, suffix] of [[1e6, "M"], [1e3, "k"]]) {
+    if (v >= scale) return `${+(v / scale).toPrecision(3)}${suffix}`;
+  }
+  return `${+v.toPrecision(3)}`;
 }
 
 function formatWhen(value) {

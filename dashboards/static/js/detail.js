@@ -21,6 +21,8 @@ import {
 } from "./format.js";
 
 const REFRESH_MS = 1000;
+// bytes/s: the throughput axis reaches at least this, so that a job at rest reads 0 to 1 KB/s.
+const MIN_RATE_AXIS = 1000;
 const CALLOUT_LABELS = { failed: "Failed", queued: "Queued", cancelled: "Cancelled", admitted: "Not started" };
 const MAX_SAMPLES = 300;
 
@@ -229,6 +231,7 @@ export class JobDetail {
       yMax: Math.max(1, ...points.map((p) => p[1])),
       xLabel: "seconds since submission",
       yLabel: "level",
+      yWhole: true,
       xFormat: (v) => String(v),
       title: "priority level over time",
     });
@@ -237,15 +240,20 @@ export class JobDetail {
   throughputChart(job) {
     const rates = this.rates();
     if (rates.length < 2) return el("p", { class: "empty throughput-note" }, this.noThroughputText(job));
-    return lineChart([{ name: "bytes/s", color: rgbCss(jobRgb(job.id)), points: rates.map((r) => [r[0], r[1]]) }], {
+    const chart = lineChart([{ name: "bytes/s", color: rgbCss(jobRgb(job.id)), points: rates.map((r) => [r[0], r[1]]) }], {
       width: 560,
       height: 200,
       yMin: 0,
+      // A floor of whole bytes: at 0 B/s an axis of 0 to 1 B/s would read "0B, 1B, 1B".
+      yMax: Math.max(MIN_RATE_AXIS, ...rates.map((r) => r[1])),
       xLabel: "seconds on this page",
       yLabel: "bytes/s",
       yFormat: (v) => bytes(v).replace(" ", ""),
       title: "throughput",
     });
+    if (rates[rates.length - 1][1] > 0) return chart;
+    const why = "0 B/s now: no gradient moved since the last sample (the workers compute, wait for a peer, or stopped).";
+    return el("div", {}, chart, el("p", { class: "muted throughput-note" }, why));
   }
 
   // Why the throughput chart is empty: it samples only while the job runs and the page is open.

@@ -2,7 +2,9 @@
 // state, with the counters and a legend beside it.
 
 import { store } from "./store.js";
+import { dropCensus, renderDropDetail } from "./drops.js";
 import { FREE_RGB, count, el, jobRgb, packets, pct, rgbCss } from "./format.js";
+import { token } from "./api.js";
 
 const STATES = { 1: "partial", 2: "complete", 3: "flushed" };
 const MAX_HEIGHT = 330; // px: keeps the heatmap and the jobs table on one laptop screen
@@ -17,6 +19,8 @@ export class Heatmap {
     this.legendStates = root.querySelector("#legend-states");
     this.summary = root.querySelector("#switch-summary");
     this.unavailable = root.querySelector("#switch-unavailable");
+    this.empty = root.querySelector("#heatmap-empty");
+    this.dropDetail = root.querySelector("#drops-detail");
     this.counterEls = {
       used: root.querySelector("#c-used"),
       preemptions: root.querySelector("#c-preemptions"),
@@ -46,11 +50,32 @@ export class Heatmap {
 
   render() {
     const snap = store.switch;
+    this.renderEmpty(snap);
     if (!snap) return;
     this.runs = [...(snap.runs || [])].sort((a, b) => a[0] - b[0]);
     this.draw(snap.aggregators);
     this.renderCounters(snap);
     this.renderJobLegend(snap);
+  }
+
+  // No snapshot: without a token the page gets none (the stream is per tenant), so say so
+  // instead of leaving a blank grid and dashes.
+  renderEmpty(snap) {
+    this.empty.hidden = Boolean(snap);
+    this.canvas.hidden = !snap;
+    this.empty.textContent = token.get()
+      ? "Waiting for the switch's first snapshot…"
+      : "Enter your tenant token (top right): the switch memory, its counters and your jobs come from the service for that token.";
+    if (snap) return;
+    for (const node of Object.values(this.counterEls)) {
+      node.textContent = "–";
+      node.title = "";
+      node.classList.remove("alarm");
+    }
+    this.previous = null;
+    this.dropDetail.hidden = true;
+    this.runs = [];
+    this.renderJobLegend({});
   }
 
   layout(n) {
@@ -132,9 +157,9 @@ export class Heatmap {
       preemptions += packets(c.job_preempted);
       bypasses += packets(c.job_bypassed);
     }
-    let dropped = 0;
-    for (const v of Object.values(drops)) dropped += packets(v);
-    return { preemptions, bypasses, drops: dropped };
+    // Only the drops that point at a misconfigured sender: late packets of ended jobs are not.
+    const census = dropCensus(drops);
+    return { preemptions, bypasses, drops: census.alarming, census };
   }
 
   renderCounters(snap) {
@@ -160,11 +185,12 @@ export class Heatmap {
       node.dataset.value = totals[key];
       node.title = rate === null ? "" : `${rate.toFixed(1)} per second`;
     }
-    const drops = (snap.counters && snap.counters.drops) || {};
-    const reasons = Object.entries(drops)
-      .filter(([, v]) => packets(v) > 0)
-      .map(([reason, v]) => `${reason}: ${count(packets(v))}`);
-    if (reasons.length) this.counterEls.drops.title += `\n${reasons.join("\n")}`;
+    const dropsEl = this.counterEls.drops;
+    dropsEl.classList.toggle("alarm", totals.census.alarming > 0);
+    const rate = dropsEl.title;
+    dropsEl.title = `packets dropped because a sender is misconfigured (per reason below)${rate ? `; ${rate}` : ""}`;
+    this.dropDetail.hidden = false;
+    renderDropDetail(this.dropDetail, totals.census);
     this.summary.textContent = `${count(snap.aggregators)} aggregators × ${snap.lanes} lanes`;
     this.previous = { at: now, totals };
   }

@@ -7,8 +7,8 @@ import { store } from "./store.js";
 import { ENDED_STATES, clockText, count, el, jobClock, jobRgb, pct, rgbCss, switchShare, whyText } from "./format.js";
 
 export const PAGE_SIZE = 100;
-// The service answers at most 500 jobs a page; the queue summary needs only their reasons.
-const QUEUE_SAMPLE = 500;
+// Reasons listed one per line in the queue summary; the rarer ones share one line.
+const QUEUE_REASONS_SHOWN = 6;
 
 export class JobsTable {
   constructor(root, notify) {
@@ -24,7 +24,8 @@ export class JobsTable {
     this.queueBox = root.querySelector("#queue-summary");
     this.offset = 0;
     this.pageIds = new Set(); // ids of the page the service returned last
-    this.queued = null; // {total, items} of the tenant's queued jobs, for the switch panel
+    this.pageOffset = 0; // where that page starts (`offset` moves first, on a click)
+    this.queued = null; // {total, reasons} of the tenant's queued jobs, for the switch panel
     this.filter.addEventListener("change", () => {
       this.offset = 0;
       this.load();
@@ -57,6 +58,7 @@ export class JobsTable {
         page = await api.jobs({ state: this.filter.value, limit: PAGE_SIZE, offset: this.offset });
       }
       this.pageIds = new Set(page.items.map((job) => job.id));
+      this.pageOffset = this.offset;
       store.setJobs(page.items, page.total);
     } catch (error) {
       this.notify(`Could not list jobs (${error.message}). Check the tenant token.`, "error");
@@ -69,24 +71,17 @@ export class JobsTable {
   async loadQueued() {
     if (!token.get()) return;
     try {
-      const page = await api.jobs({ state: "queued", limit: QUEUE_SAMPLE });
-      this.queued = { total: page.total, items: page.items };
+      this.queued = await api.queue();
     } catch {
       this.queued = null; // the jobs table already reported the error
     }
     this.renderQueue();
   }
 
-  // A job event: when it entered or left the queue, look at the queue again; when a listed
-  // job's reason changed, show the new one.
+  // A job event while jobs wait, or of a job that waits: the queue or a reason may have
+  // changed, so look at the queue again.
   noteState(job) {
-    const items = this.queued ? this.queued.items : [];
-    const i = items.findIndex((j) => j.id === job.id);
-    if ((job.state === "queued") !== i >= 0) this.queueChanged();
-    else if (i >= 0 && whyText(items[i]) !== whyText(job)) {
-      items[i] = { ...items[i], ...job };
-      this.renderQueue();
-    }
+    if (job.state === "queued" || (this.queued && this.queued.total > 0)) this.queueChanged();
   }
 
   // At most one look every 2 s.
@@ -105,25 +100,28 @@ export class JobsTable {
       this.queueBox.replaceChildren();
       return;
     }
-    const groups = new Map(); // message -> {kind, n}
-    for (const job of q.items) {
-      const message = whyText(job);
-      const kind = (job.queue_reason && job.queue_reason.kind) || "scheduling";
-      const g = groups.get(message) || { kind, n: 0 };
-      g.n += 1;
-      groups.set(message, g);
-    }
-    const unseen = q.total - q.items.length;
+    // Every queued job is counted under its reason, most common first (the service groups them).
+    const shown = q.reasons.slice(0, QUEUE_REASONS_SHOWN);
+    const rest = q.reasons.slice(QUEUE_REASONS_SHOWN);
+    const restJobs = rest.reduce((n, g) => n + g.jobs, 0);
     const noun = q.total === 1 ? "jobs waits" : "jobs wait";
     this.queueBox.replaceChildren(
       el("strong", {}, `${count(q.total)} of your ${noun}:`),
       el(
         "ul",
         {},
-        [...groups].map(([message, g]) =>
-          el("li", { dataset: { kind: g.kind } }, `${message}`, el("span", { class: "muted" }, ` (${count(g.n)})`), hint(g.kind)),
+        shown.map((g) =>
+          el(
+            "li",
+            { dataset: { kind: g.kind } },
+            el("span", { class: "queue-count" }, `${count(g.jobs)} ${g.jobs === 1 ? "job" : "jobs"}: `),
+            g.message,
+            hint(g.kind),
+          ),
         ),
-        unseen > 0 ? el("li", { class: "muted" }, `and ${count(unseen)} more`) : null,
+        rest.length
+          ? el("li", { class: "muted" }, `${count(restJobs)} ${restJobs === 1 ? "job waits" : "jobs wait"} for ${count(rest.length)} other reasons`)
+          : null,
       ),
     );
     this.queueBox.hidden = false;
@@ -148,7 +146,10 @@ export class JobsTable {
     this.empty.hidden = jobs.length > 0;
     this.empty.replaceChildren(...this.emptyText());
     this.renderPager();
-    if (!token.get()) this.renderQueue();
+    if (!token.get()) {
+      this.queued = null; // the token was forgotten: its queue is not this page's any more
+      this.renderQueue();
+    }
   }
 
   emptyText() {
@@ -167,8 +168,9 @@ export class JobsTable {
     }
     const state = this.filter.value;
     this.total.textContent = `${count(total)} ${state ? `${state} ` : ""}job${total === 1 ? "" : "s"}`;
-    const first = Math.min(total, this.offset + 1);
-    const last = Math.min(total, this.offset + this.pageIds.size);
+    // The range of the rows shown: a render while the next page loads keeps the last one's.
+    const first = Math.min(total, this.pageOffset + 1);
+    const last = Math.min(total, this.pageOffset + this.pageIds.size);
     this.range.textContent = total ? `${count(first)}–${count(last)} of ${count(total)}` : "";
     this.prev.disabled = this.offset === 0;
     this.next.disabled = this.offset + PAGE_SIZE >= total;

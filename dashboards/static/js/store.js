@@ -43,6 +43,9 @@ export const store = {
     this.names = new Map();
     this.jobsTotal = null;
     this.emit({ kind: "jobs" });
+    // The switch view is the tenant's too (its job ids and counters).
+    this.switch = null;
+    this.emit({ kind: "switch" });
   },
 
   setSwitch(snapshot) {
