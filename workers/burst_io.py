@@ -1,28 +1,17 @@
 """What the client's I/O thread owns: the send window, the transfers, and burst UDP I/O.
 
-`BurstIO` holds the transfers in flight and the send window over their sequence numbers:
-``low`` (the lowest seq without a result) ``<= send_seq`` (the next to send first) ``<=
-assigned`` (one past the last seq of an accepted transfer), with ``send_seq < low + window``.
-The client drives one turn at a time: `accept`, `send_new`, wait for the socket up to
-`wait_time`, `receive`, `on_timers`, `expired`; the decisions (retransmission timeout,
-back-off, fast retransmit, the stalled rule, exactly-once results) are stated in the
-``workers.client`` module docstring.
+`BurstIO` holds the transfers in flight and the send window: ``low`` (the lowest seq without
+a result) ``<= send_seq <= assigned``, with ``send_seq < low + window``. The client drives one
+turn at a time (`accept`, `send_new`, wait up to `wait_time`, `receive`, `on_timers`,
+`expired`); the decisions are stated in the ``workers.client`` docstring.
 
-Sending. The datagrams of a `Transfer` are built contiguously (``Transfer.datagrams``), so
-every fragment the window lets out of one transfer leaves in one ``Burst.send``: sendmmsg,
-with consecutive same-size datagrams to the switch merged into UDP GSO messages (up to 64
-segments each; the wire sees the same datagrams), or with `gso` off one datagram per message.
-Resends are copied into one buffer, flagged RESEND with one array operation, and sent the
-same way.
-
-Receiving. UDP GRO is turned on for the socket, and one ``Burst.recv`` takes what is queued
-(coalesced segments come back one row each). The whole burst is checked with numpy through
-``protocol.HEADER_DTYPE`` (size, version, lanes, kind RESULT or PS_RESULT, job, a sequence
-sent and not yet answered), and ``Transfer.take_many`` stores the lanes, exponent and raw flag
-of the first result of each fragment. Everything else counts as ignored: malformed or foreign
-datagrams and duplicates, from earlier bursts or the same one.
-
-Bookkeeping. `Inflight` keeps send times, attempts and deadlines in arrays over the window.
+Sending: a `Transfer`'s datagrams are contiguous, so what the window lets out of one transfer
+leaves in one ``Burst.send`` (same-size datagrams merged into GSO messages, or one datagram
+per message with `gso` off); resends are flagged RESEND with one array operation.
+Receiving: one ``Burst.recv`` with GRO takes what is queued; the burst is checked with numpy
+through ``protocol.HEADER_DTYPE`` and ``Transfer.take_many`` stores each fragment's first
+result. Anything else (malformed, foreign, duplicate) counts as ignored. `Inflight` keeps
+send times, attempts and deadlines in arrays over the window.
 """
 
 from __future__ import annotations

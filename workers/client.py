@@ -3,33 +3,16 @@
     >>> client = AllreduceClient(join)            # join: a `workers.rendezvous.WorkerJoin`
     >>> total = client.allreduce(np.ones(1000, np.float32))   # every worker's sum, float32
 
-How a tensor travels. It is cut into fragments of k lanes (the switch's k); fragment i of the
-allreduce whose first sequence number is ``s`` is ``seq = s + i``, and sequence numbers run on
-across allreduces (per job, monotonic), so several allreduces can be in flight at once (DDP
-buckets) without mixing: every worker of a job allreduces the same tensors in the same order,
-so the same seq means the same fragment everywhere. Fragments are block-floating-point
-quantized (``workers.quant``; the error bound is stated there), at most W are in flight, and a
-worker sends ``seq`` only once it has the result of every sequence up to ``seq - W`` (a
-sliding window; for static W is at most the partition's slots, see
-``WorkerJoin.window_limit``). The aggregator index comes from the job's placement
-(``p4ctl.rule.static_index`` / ``hashed_index``). Sums come back as RESULT from the switch or
-PS_RESULT from the PS, and are dequantized into the output.
-
-Loss. A fragment without a result after the retransmission timeout is sent again with RESEND
-(the switch then flushes the partial sum to the PS, or answers from its stored result), with
-exponential back-off. The timeout follows the measured round trip like TCP's (Karn's rule:
-retransmitted fragments are not sampled); a fragment overtaken by several later results is
-resent at once (fast retransmit), since a spurious resend costs a PS detour but a missed loss
-stalls the window. When no result at all arrives for `timeout_s` the
-pending allreduces fail with `AllreduceTimeout` and the client is broken: nothing hangs.
-
-Concurrency. One I/O thread per client owns the socket and every `Transfer`; callers only
-submit and wait.
-
-Datagrams. The I/O thread moves them in bursts through the compiled engine
-(``workers.burst_io.BurstIO``: sendmmsg with UDP GSO, recvmmsg with UDP GRO, numpy bookkeeping
-per burst), and the engine's codec quantizes and dequantizes them (``Transfer``). With `gso`
-off every datagram leaves on its own (a switch behind an interface that does not segment).
+A tensor is cut into fragments of k lanes; sequence numbers run on across allreduces, and every
+worker allreduces the same tensors in the same order, so a seq names one fragment everywhere.
+Fragments are block-floating-point quantized (`workers.quant`, which states the error bound);
+at most W are in flight, seq going out only once every result up to ``seq - W`` is in. The
+aggregator index comes from the job's placement (``p4ctl.rule``). A fragment without a result
+after the retransmission timeout (Karn's rule, exponential back-off) is resent with RESEND,
+one overtaken by several later results at once (fast retransmit). With no result at all for
+`timeout_s`, pending allreduces fail with `AllreduceTimeout`: nothing hangs. One I/O thread
+per client owns the socket and every `Transfer` (`workers.burst_io`, through the compiled
+engine; `gso` off sends each datagram alone); callers only submit and wait.
 """
 
 from __future__ import annotations

@@ -6,36 +6,13 @@ bypassed fragments, evicted and flushed partial sums, and complete sums (atp, an
 the switch's data address, which multicasts it to the job's workers and, in atp, frees the
 aggregator. Results are kept to answer resends until every worker has moved past them.
 
-Jobs. The PS serves only the jobs the service registered, never one a packet names: a packet
-can claim any job, fan-in and source. `register_job` (called by the service, which embeds a
-`ParameterServer` or reaches a PS of its own process through ``workers.ps_control``; or
-``inasched ps --job ID:FAN_IN[:POLICY[:WINDOW]] --switch HOST:PORT`` at launch) gives the
-job's fan-in, the switch's data address (the only source whose packets are taken, and where
-results go), the workers' window (for forgetting results, default `DEFAULT_WINDOW`,
-conservatively large) and whether the policy is esa (whose switch already multicast a sum it
-completed, so the PS only stores it).
-
-Two queues. Every packet the PS receives is on a job's critical path (a worker waits for the
-sum) except esa's completion copies: the switch already multicast those sums, and the PS keeps
-them only to answer resends. So the PS serves what the socket holds first and stores the copies
-when the socket is empty (`PsCounters.copies_queued` counts those waiting; past
-`MAX_QUEUED_COPIES` a copy is stored at once, so memory stays bounded). A copy that completes a
-sum a worker resent to the PS before the copy was stored is answered: that worker lacks it. The
-simulators serve the PS the same way (``scheduler.fragsim``).
-
-Everything else is dropped and counted by reason (`PsCounters.drops`): the decode reasons of
-``p4ctl.protocol.DropReason`` (bad_length, bad_version, bad_lanes, bad_kind), ``not_to_ps``
-(a kind other than TO_PS), ``unknown_job``, ``foreign_source`` (not the job's switch),
-``bad_fan_in``, ``bad_bitmap``, ``stale`` (a sequence whose result was already forgotten) and
-``overflow`` (more open sequences than `max_results`: memory stays bounded).
-
-I/O. Datagrams arrive in bursts (``recvmmsg`` with UDP GRO, ``p4ctl.engine.Burst``) as rows,
-each row goes through `_handle`, and a burst's replies leave in one ``sendmmsg`` (with `gso`,
-UDP GSO merges runs to one switch; off, one datagram per message, for a switch behind an
-interface that does not segment). A datagram longer than the largest supported one is cut,
-and dropped for the reason `decode` would give (``bad_lanes`` when its header is well formed,
-announcing more lanes than `SUPPORTED_LANES` allows); datagrams a burst had no room for (a
-sender segmenting more than 64 datagrams per send) are ``burst_full``.
+The PS serves only jobs the service registered (`register_job`), never one a packet names, and
+takes packets only from that job's switch. Every packet is on a job's critical path except
+esa's completion copies, so it serves what the socket holds first and stores the copies when
+the socket is empty (at most `MAX_QUEUED_COPIES` wait; past that a copy is stored at once).
+Everything else is dropped and counted by reason (`PsCounters.drops`); memory stays bounded
+(`max_results`, `idle_timeout_s`). Datagrams move in bursts
+through the compiled engine (``p4ctl.engine``; `gso` off: one datagram per message).
 """
 
 from __future__ import annotations

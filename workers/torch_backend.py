@@ -3,43 +3,17 @@
 A training script adds ``import workers.torch_backend`` and calls
 ``dist.init_process_group("inasched")``, and runs under ``torchrun`` with ``INASCHED_SERVICE``,
 ``INASCHED_JOB`` and ``INASCHED_JOIN_TOKEN`` set (``INASCHED_DATA_HOST``: the address its UDP
-socket binds, default 127.0.0.1). Every rank joins the job (``workers.rendezvous.join``; the
-job's ``n_workers`` must be the world size) and heartbeats in a thread.
+socket binds, default 127.0.0.1; ``INASCHED_GSO=off``: one datagram per message). Every rank
+joins the job (``workers.rendezvous.join``; ``n_workers`` must be the world size) and
+heartbeats in a thread.
 
-    import workers.torch_backend  # registers "inasched"
-    dist.init_process_group("inasched")
-
-and runs under ``torchrun`` as usual (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), with the
-job's coordinates in the environment: ``INASCHED_SERVICE`` (the service's base URL),
-``INASCHED_JOB`` (the job id) and ``INASCHED_JOIN_TOKEN``; ``INASCHED_DATA_HOST`` is the
-address each rank binds its UDP socket to (default 127.0.0.1; the switch must reach it), and
-``INASCHED_GSO=off`` sends every datagram on its own (a switch behind a veth or TAP).
-Every rank joins the job through the service (``workers.rendezvous.join``: a queued job is
-waited for) and then heartbeats in a thread (``workers.worker.Reporter``); the job's
-``n_workers`` must be the world size.
-
-What goes where. `InaschedProcessGroup.allreduce` of one CPU tensor of float32, float16 or
-bfloat16 with SUM or AVG goes through the switch (``workers.client``; the error bound is
-``workers.quant``'s) and returns at once with a `Work` that the client's I/O thread completes,
-so several are in flight together (DDP's buckets, ``async_op=True``). Everything else
-(broadcast, barrier, allgather, reduce-scatter, point to point...) goes to a gloo group the
-backend creates on the same store. An allreduce the switch cannot do (another op or dtype,
-several tensors, a coalesced allreduce) goes to gloo too, never through the switch with a
-wrong result, and is counted in `InaschedProcessGroup.fallbacks`::
-
-    pg = dist.group.WORLD
-    pg.switch_allreduces, dict(pg.fallbacks)     # (412, {"allreduce op MAX": 1})
-
-As with every backend, all ranks must issue their collectives in the same order: here the
-order names the fragments (``workers.client``). DDP works on it unchanged: its buckets go
-through `allreduce` (the gloo group is registered as the group's backend for the cpu device,
-which DDP's C++ side requires). `report_progress`
-tells the service how many of the job's iterations are done, as ``inasched worker`` does.
-`dist.destroy_process_group` stops the heartbeats and closes the socket.
-
-Allreduces time out with the process group's `timeout` (``init_process_group(timeout=)``):
-with no result at all for that long, pending and later allreduces fail with
-``AllreduceTimeout``.
+`InaschedProcessGroup.allreduce` of one CPU float32, float16 or bfloat16 tensor with SUM or AVG
+goes through the switch (``workers.client``) and returns at once with a `Work` that the I/O
+thread completes, so several are in flight (DDP's buckets). Every other collective, and an
+allreduce the switch cannot do, goes to a gloo group on the same store, counted in
+`InaschedProcessGroup.fallbacks`. All ranks must issue collectives in the same order: it names
+the fragments. `report_progress` tells the service the iterations done; allreduces with no
+result for the group's `timeout` fail with ``AllreduceTimeout``. ``docs/training.md`` has more.
 """
 
 from __future__ import annotations

@@ -3,21 +3,15 @@
     inasched worker --job 3 --token T --service http://127.0.0.1:8000 [--model ResNet-50]
     inasched worker --config worker0.json [...]
 
-Each iteration sleeps for the model's compute time (``scheduler`` model table: V100 forward +
-backward, times `--compute-scale`) and then allreduces a gradient of the job's size (of the
-model's size with an explicit `--model`; times `--scale`: the emulation benchmark shrinks
-gradients) through the switch. With a service, the
-worker joins through REST (``workers.rendezvous``), heartbeats every
-``heartbeat_interval_s`` and reports progress (iterations done, bytes aggregated in the switch
-and at the PS). With ``--config`` it reads the same join JSON from a file and talks to no
-service. A worker of a job still queued for switch memory waits for its admission (at most
-`--queue-wait` seconds when given). Without ``--config``, ``--service``, ``--job`` and
-``--token`` default to ``INASCHED_SERVICE``, ``INASCHED_JOB`` and ``INASCHED_JOIN_TOKEN``, the
-variables ``inasched launch`` gives the workers it starts under torchrun. ``--gso off`` (or
-``INASCHED_GSO=off``) sends every datagram on its own, for a switch behind a veth or TAP.
+Each iteration sleeps for the model's compute time (times `--compute-scale`), then allreduces
+a gradient of the job's size (times `--scale`) through the switch. With a service the worker joins through REST (``workers.rendezvous``), heartbeats
+and reports progress; with ``--config`` it reads the join JSON from a file. A worker of a job
+still queued waits for its admission (at most `--queue-wait` seconds when given).
+``--service``, ``--job`` and ``--token`` default to ``INASCHED_SERVICE``, ``INASCHED_JOB`` and
+``INASCHED_JOIN_TOKEN``, the variables ``inasched launch`` gives its workers; ``--gso off``
+(``INASCHED_GSO``) sends each datagram alone; ``--quiet`` prints no progress lines.
 
-Exit status, each with one line on stderr: 0 done; 3 the job was cancelled or failed; 4 no
-result within `--timeout`; 5 the worker could not join; 1 anything else; 2 bad arguments.
+Exit statuses: ``--help`` lists them (`_EXIT_HELP`), each with one line on stderr.
 """
 
 from __future__ import annotations

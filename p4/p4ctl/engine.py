@@ -1,20 +1,18 @@
 """The compiled engine (``p4ctl._engine``): burst UDP I/O for the switch, workers and PS.
 
 The engine is the one data path: the C extension built by the project's ``pip install``
-receives and sends datagrams in bursts (``recvmmsg``/``sendmmsg``, with UDP GRO on receive and
-GSO on send where the kernel has them) and runs the switch's packet pass over the numpy
-registers, tables and counters the P4Runtime server reads and writes. Without it nothing runs:
-`engine_module` raises ImportError saying how to rebuild it. `Burst` is the buffer set one
-socket owner uses::
+moves datagrams in bursts (``recvmmsg``/``sendmmsg``, GRO on receive, GSO on send) and runs
+the switch's packet pass over the numpy registers, tables and counters the P4Runtime server
+reads and writes; without it `engine_module` raises ImportError saying how to rebuild it.
+`Burst` is the buffer set one socket owner uses::
 
     burst = Burst(slots=1024, stride=HEADER_SIZE + 4 * lanes, gso=True)
     n, lost = burst.recv(sock, wait=False)          # rows 0..n-1 of burst.rows, burst.sizes
     burst.send(sock, rows, sizes, addrs, n)         # any rows, e.g. a transfer's datagrams
 
-With ``gso=False`` every row leaves as its own datagram (one ``sendmmsg`` entry, no
-``UDP_SEGMENT``): what a switch behind a veth, a TAP or any interface that does not segment
-must get (BMv2 drops a coalesced payload as BAD_LENGTH). Addresses are packed as one int64,
-``(IPv4 as an int) << 16 | port`` (`pack_address`).
+With ``gso=False`` every row leaves as its own datagram (no ``UDP_SEGMENT``), as a switch
+behind an interface that does not segment (a veth, a TAP, BMv2) must get them. Addresses are
+one int64, ``(IPv4 as an int) << 16 | port`` (`pack_address`).
 """
 
 from __future__ import annotations

@@ -1,20 +1,16 @@
 """The switch pipeline without sockets: tables, registers, counters and the per-datagram path.
 
 `Pipeline.handle(datagram, source)` is one packet pass of the P4 program: parse, the checks of
-``p4/PROTOCOL.md`` section 4 in order, then the per-fragment rule, then replication of what
-leaves to UDP endpoints through the multicast groups and the port table. It returns the
-datagrams to send as ``[(bytes, (host, udp_port)), ...]``; the data plane (`p4ctl.dataplane`)
-does the socket I/O a burst at a time (`handle_burst`), and `handle` is a burst of one.
+``p4/PROTOCOL.md`` section 4 in order, the per-fragment rule, then replication through the
+multicast groups and the port table; it returns ``[(bytes, (host, udp_port)), ...]``. The
+data plane (`p4ctl.dataplane`) feeds it a burst at a time (`handle_burst`).
 
 `Pipeline` runs the compiled pass (``p4ctl.switch_engine``) over numpy registers and counters
-that the P4Runtime server reads and writes in place, and over arrays rebuilt from the tables
-at every write. `RulePipeline` holds the same tables and counters and runs the readable rule,
-`p4ctl.rule`, in Python per packet (registers as lists, fastest one cell at a time): it is the
-simulator's switch and the reference the differential tests hold `Pipeline` to byte for byte.
-
-The tables are dicts written by the control plane (`p4ctl.p4rt_service` or
-`InMemorySwitch`); a single dict assignment is atomic under the GIL, so the data plane reads
-them without a lock.
+that the P4Runtime server reads and writes in place. `RulePipeline` holds the same tables and
+counters and runs the readable rule, `p4ctl.rule`, per packet: it is the simulator's switch
+and the reference the differential tests hold `Pipeline` to byte for byte. The tables are
+dicts written by the control plane; a dict assignment is atomic under the GIL, so the data
+plane reads them without a lock.
 """
 
 from __future__ import annotations

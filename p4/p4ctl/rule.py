@@ -1,11 +1,9 @@
 """The per-fragment switch rule: what one packet does to the registers, and what leaves.
 
-Contract 2 of ``ARCHITECTURE.md``, stated once, readably. The simulator calls `check` and
-`process` for every simulated fragment (``p4ctl.pipeline.RulePipeline``); the compiled engine
-the soft switch runs (``p4/p4ctl/csrc/switch_pass.c``) mirrors them and is held to them byte
-for byte by differential tests; the P4 program implements the same cases and is held to them
-by ``p4/vectors/*.json``. Nothing here
-does I/O or reads a clock: registers in, registers mutated, a `Verdict` out.
+Contract 2 of ``ARCHITECTURE.md``, stated once, readably: the simulator runs it
+(``p4ctl.pipeline.RulePipeline``); the compiled engine (``p4/p4ctl/csrc/switch_pass.c``)
+mirrors it and differential tests hold the two byte for byte; the P4 program is held to it by
+``p4/vectors/*.json``. No I/O, no clock: registers in, registers mutated, a `Verdict` out.
 
 - ``static`` (SwitchML): the slot is fixed by the sequence number; the first contribution of a
   new sequence overwrites, later ones add, the n-th multicasts the result; a retransmission
@@ -14,7 +12,7 @@ does I/O or reads a clock: registers in, registers mutated, a `Verdict` out.
   PS; the complete sum goes to the PS, and the aggregator is freed when the PS result passes.
 - ``esa`` (ESA): as ``atp``, plus a higher-priority job takes over a partial aggregator (the
   evicted sum leaves for its own PS in the same pass) and a complete aggregator is reusable at
-  once (the result is multicast and copied to the PS). ``p4/PROTOCOL.md`` has the full tables.
+  once. ``p4/PROTOCOL.md`` has the full tables.
 """
 
 from __future__ import annotations

@@ -6,18 +6,12 @@ Embedded (tests, ``inasched up``)::
         client = SwitchClient(switch.p4runtime_address)   # "127.0.0.1:<port>"
         workers_send_to(switch.data_address)               # ("127.0.0.1", <port>)
 
-From the command line (`main`)::
-
-    inasched switch --p4runtime 127.0.0.1:9559 --data 127.0.0.1:9555 --aggregators 20480 \
-        --lanes 64 [--drop-rate 0.01 --seed 1] [--device-id 0] [--gso off]
-    # answering as BMv2's simple_switch_grpc does: no P4Runtime registers, a Thrift runtime
-    inasched switch --refuse-registers --thrift 127.0.0.1:9090 [--needs-device-config]
-
-The default sizing is the P4 program's (``p4info.DEFAULT_AGGREGATORS``, ``DEFAULT_LANES``), so
-the switch accepts the committed P4Info and a service started with ``--switch`` and no sizing.
-
-Both addresses default to ephemeral loopback ports. The switch starts with no pipeline; the
-controller sets it (`p4ctl.client.SwitchClient` does so when it connects).
+From the command line, ``inasched switch --p4runtime HOST:PORT --data HOST:PORT
+--aggregators N --lanes K [--drop-rate P --seed S] [--gso off]``; with ``--refuse-registers
+--thrift HOST:PORT`` it answers as BMv2's simple_switch_grpc does. The default sizing is the P4
+program's (``p4info.DEFAULT_AGGREGATORS``, ``DEFAULT_LANES``), so the switch accepts the
+committed P4Info. Addresses default to ephemeral loopback ports; the switch starts with no
+pipeline, which the controller sets (`p4ctl.client.SwitchClient` does when it connects).
 """
 
 from __future__ import annotations
