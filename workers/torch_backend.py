@@ -2,10 +2,9 @@
 
 A training script adds ``import workers.torch_backend`` and calls
 ``dist.init_process_group("inasched")``, and runs under ``torchrun`` with ``INASCHED_SERVICE``,
-``INASCHED_JOB`` and ``INASCHED_JOIN_TOKEN`` set (``INASCHED_DATA_HOST``: the address its UDP
-socket binds, default 127.0.0.1; ``INASCHED_GSO=off``: one datagram per message). Every rank
-joins the job (``workers.rendezvous.join``; ``n_workers`` must be the world size) and
-heartbeats in a thread.
+``INASCHED_JOB`` and ``INASCHED_JOIN_TOKEN`` set (``INASCHED_DATA_HOST``: the UDP socket's
+address, default 127.0.0.1; ``INASCHED_GSO=off``: one datagram per message). Every rank joins
+the job (``n_workers`` must be the world size) and heartbeats in a thread.
 
 `InaschedProcessGroup.allreduce` of one CPU float32, float16 or bfloat16 tensor with SUM or AVG
 goes through the switch (``workers.client``) and returns at once with a `Work` that the I/O

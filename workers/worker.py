@@ -4,9 +4,10 @@
     inasched worker --config worker0.json [...]
 
 Each iteration sleeps for the model's compute time (times `--compute-scale`), then allreduces
-a gradient of the job's size (times `--scale`) through the switch. With a service the worker joins through REST (``workers.rendezvous``), heartbeats
-and reports progress; with ``--config`` it reads the join JSON from a file. A worker of a job
-still queued waits for its admission (at most `--queue-wait` seconds when given).
+a gradient of the job's size (times `--scale`) through the switch. With a service the worker
+joins through REST (``workers.rendezvous``), heartbeats and reports progress; with
+``--config`` it reads the join JSON from a file. A worker of a job still queued waits for its
+admission (at most `--queue-wait` seconds when given).
 ``--service``, ``--job`` and ``--token`` default to ``INASCHED_SERVICE``, ``INASCHED_JOB`` and
 ``INASCHED_JOIN_TOKEN``, the variables ``inasched launch`` gives its workers; ``--gso off``
 (``INASCHED_GSO``) sends each datagram alone; ``--quiet`` prints no progress lines.
