@@ -133,6 +133,14 @@ class Settings(BaseSettings):
         description="share of the switch's aggregators one tenant's jobs may use (an admin "
         "sets a tenant's own over REST)",
     )
+    # Each stream costs the service memory and a share of every event's fan-out, never a store
+    # connection; a tenant's browser tabs and scripts together stay under this.
+    tenant_max_streams: int = Field(
+        default=8,
+        ge=1,
+        le=1024,
+        description="event streams (/events) one tenant may hold open at once; beyond it 429",
+    )
     join_timeout_s: float = Field(
         default=120.0,
         gt=0,

@@ -3,19 +3,21 @@ relative to the switch job id's base, and the starvation time that feeds aging."
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from api.coordinator.events import Event
 from api.schemas import SwitchCountersPublic, SwitchPublic
 from api.store.models import Job
 from scheduler.memory import Pool
 
 __all__ = [
     "OTHER_TENANTS",
-    "TenantSwitchStream",
+    "TenantSwitchViews",
+    "job_tenants",
     "owned_jobs",
     "settle_counters",
     "switch_view",
@@ -107,6 +109,14 @@ def owned_jobs(session: Session, *, tenant_id: int, job_ids: Collection[int]) ->
     return set(session.scalars(stmt))
 
 
+def job_tenants(session: Session, *, job_ids: Collection[int]) -> dict[int, int]:
+    """The tenant id of each of `job_ids` that is a stored job."""
+    if not job_ids:
+        return {}
+    stmt = select(Job.id, Job.tenant_id).where(Job.id.in_(sorted(job_ids)))
+    return {job_id: tenant_id for job_id, tenant_id in session.execute(stmt)}
+
+
 def tenant_switch_view(view: SwitchPublic, mine: Collection[int]) -> SwitchPublic:
     """`view` as a tenant whose jobs are `mine` sees it: its own jobs' runs and counters as
     they are; other tenants' aggregators as anonymous occupancy (job id `OTHER_TENANTS`, runs
@@ -131,28 +141,34 @@ def tenant_switch_view(view: SwitchPublic, mine: Collection[int]) -> SwitchPubli
     )
 
 
-class TenantSwitchStream:
-    """The ``event: switch`` payloads of one tenant's event stream, as `tenant_switch_view`
-    shows them. A job never changes tenant, so whose each job is is asked of the store once per
-    stream: `unknown` is cheap and runs on the event loop, `learn` reads the store (run it on a
-    worker thread)."""
+class TenantSwitchViews:
+    """The bus's `TenantView`: a ``switch`` event as each tenant sees it, built once per event
+    and tenant. Whose each job is is read from the store once per job, in the publisher's
+    thread (never a stream's), and forgotten when the job leaves the switch."""
 
-    def __init__(self, sessions: sessionmaker[Session], *, tenant_id: int) -> None:
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
         self.sessions = sessions
-        self.tenant_id = tenant_id
-        self.mine: set[int] = set()
-        self.theirs: set[int] = set()
+        self._owners: dict[int, int] = {}
+        self._lock = threading.Lock()
 
-    def unknown(self, view: SwitchPublic) -> set[int]:
-        """Job ids of `view` whose tenant this stream has not looked up yet."""
-        return view_job_ids(view) - self.mine - self.theirs
+    def __call__(self, event: Event, tenants: Collection[int]) -> dict[int, Event]:
+        view = SwitchPublic.model_validate(event.data)
+        owners = self._owners_of(view_job_ids(view))
+        return {
+            tenant: Event(
+                "switch",
+                tenant_switch_view(
+                    view, {job for job, owner in owners.items() if owner == tenant}
+                ).model_dump(mode="json"),
+            )
+            for tenant in tenants
+        }
 
-    def learn(self, job_ids: Collection[int]) -> None:
-        with self.sessions() as session:
-            mine = owned_jobs(session, tenant_id=self.tenant_id, job_ids=job_ids)
-        self.mine |= mine
-        self.theirs |= set(job_ids) - mine
-
-    def payload(self, view: SwitchPublic) -> dict[str, Any]:
-        """The tenant's view of `view`, as the stream's JSON (after `learn` of its unknowns)."""
-        return tenant_switch_view(view, self.mine).model_dump(mode="json")
+    def _owners_of(self, job_ids: set[int]) -> dict[int, int]:
+        with self._lock:
+            unknown = job_ids - self._owners.keys()
+            if unknown:
+                with self.sessions() as session:
+                    self._owners.update(job_tenants(session, job_ids=unknown))
+            self._owners = {job: t for job, t in self._owners.items() if job in job_ids}
+            return dict(self._owners)

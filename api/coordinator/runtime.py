@@ -16,14 +16,15 @@ steps down to that standby view.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from p4ctl.backend import Endpoint, InMemorySwitch, SwitchBackend
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.coordinator.events import EventBus
+from api.coordinator.counters import TenantSwitchViews
+from api.coordinator.events import EventBus, StreamWatch
 from api.coordinator.leader import Campaign, Lease, election_id, take_lease
 from api.coordinator.quotas import QuotaDefaults
 from api.coordinator.scheduling import Coordinator
@@ -34,6 +35,7 @@ from api.store.crud import get_state, put_state
 from api.store.db import open_database
 from api.store.lock import StoreInUse, StoreLock, lock_store, running_instance
 from api.store.models import Job
+from api.store.tokens import live_digests
 
 __all__ = ["Service", "connect_switch", "open_service"]
 
@@ -83,6 +85,9 @@ class Service:
         self.given_backend = backend
         owner = _owner(self.settings)
         self.submissions = Submissions(self.sessions, on_stored=self._stored)
+        watch = StreamWatch(self.events, self._live_digests)
+        watch.start()
+        self.closers.append(watch.stop)
         try:
             try:
                 held: StoreLock | None = lock_store(
@@ -108,6 +113,10 @@ class Service:
         except BaseException:
             self.stop()
             raise
+
+    def _live_digests(self, digests: Collection[str]) -> set[str]:
+        with self.sessions() as session:
+            return live_digests(session, digests=digests)
 
     def lead(self, lock: StoreLock) -> None:
         """Start a term with `lock` held: a new epoch, the switch as primary with its election
@@ -270,7 +279,10 @@ def open_service(settings: Settings) -> Service:
     # The request threads, plus the decide, tick and releaser threads and a spare.
     pool = settings.threads + 4
     engine, sessions = open_database(settings.resolved_database_url, pool_size=pool)
-    return Service(settings=settings, engine=engine, sessions=sessions)
+    events = EventBus(
+        max_per_tenant=settings.tenant_max_streams, tenant_view=TenantSwitchViews(sessions)
+    )
+    return Service(settings=settings, engine=engine, sessions=sessions, events=events)
 
 
 def _owner(settings: Settings) -> str:

@@ -155,8 +155,11 @@ async def stream_token(
     return token or _bearer(credentials)
 
 
-def get_stream_caller(session: SessionDep, token: Annotated[str, Depends(stream_token)]) -> Caller:
-    return caller_of(session, token)
+def get_stream_caller(service: ServiceDep, token: Annotated[str, Depends(stream_token)]) -> Caller:
+    # Its own short session, not `SessionDep`'s: a stream must hold no store connection while
+    # it stays open (a few dozen open streams would empty the pool for everyone).
+    with service.sessions() as session:
+        return caller_of(session, token)
 
 
 StreamCallerDep = Annotated[Caller, Depends(get_stream_caller)]

@@ -9,7 +9,7 @@ Like `api.store.crud`, nothing here commits unless the docstring says so.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import bindparam, func, select
@@ -28,6 +28,7 @@ __all__ = [
     "live_admin_tokens",
     "live_caller",
     "live_callers",
+    "live_digests",
     "live_token",
     "revoke_tokens",
 ]
@@ -127,6 +128,16 @@ def revoke_tokens(session: Session, *, tenant: str) -> Sequence[ApiToken] | None
         token.revoked_at = now
     session.flush()
     return tokens
+
+
+def live_digests(session: Session, *, digests: Collection[str]) -> set[str]:
+    """Those of the token `digests` that belong to live (not revoked) tokens: one indexed read."""
+    if not digests:
+        return set()
+    stmt = select(ApiToken.token_hash).where(
+        ApiToken.token_hash.in_(sorted(digests)), ApiToken.revoked_at.is_(None)
+    )
+    return set(session.scalars(stmt))
 
 
 def live_admin_tokens(session: Session) -> int:

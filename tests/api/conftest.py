@@ -21,6 +21,7 @@ import uvicorn
 from fastapi import FastAPI
 from p4ctl.backend import InMemorySwitch
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
 
 from api.http.app import create_app
 from api.settings import Settings
@@ -166,6 +167,7 @@ class Api:
     token: str
     other_token: str
     admin_token: str
+    sessions: sessionmaker[Session]
 
     def auth(self, token: str | None = None) -> dict[str, str]:
         return {"Authorization": f"Bearer {token or self.token}"}
@@ -191,7 +193,14 @@ def make_api(settings: Settings) -> Iterator[Api]:
         other = create_tenant_token(s, tenant="bob")
         admin = create_tenant_token(s, tenant="root", admin=True)
     with LiveServer(app) as url, httpx.Client(base_url=url, timeout=30) as client:
-        yield Api(client=client, switch=switch, token=token, other_token=other, admin_token=admin)
+        yield Api(
+            client=client,
+            switch=switch,
+            token=token,
+            other_token=other,
+            admin_token=admin,
+            sessions=sessions,
+        )
 
 
 @pytest.fixture

@@ -1,67 +1,89 @@
-"""``/events``: server-sent events for the dashboard (switch, job, bench)."""
+"""``/events``: server-sent events for the dashboard (switch, job, bench).
+
+A stream reads what the service's `EventBus` queued for it and nothing else: no store
+connection while it is open, no per-stream work per event. A tenant holds at most
+``tenant_max_streams`` streams (429 beyond); a revoked token's stream ends within about
+`STREAM_CHECK_S`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Annotated
 
 from anyio import to_thread
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import StreamingResponse
 
-from api.coordinator.counters import TenantSwitchStream
-from api.coordinator.events import Event, format_sse
-from api.http.deps import ServiceDep, StreamCallerDep
-from api.schemas import SwitchPublic
+from api.coordinator.events import Event, TooManyStreams
+from api.http.deps import ServiceDep, StreamCallerDep, stream_token
+from api.security import hash_token
 
 router = APIRouter(tags=["events"])
 
 # Proxies close idle connections after about a minute; a comment line keeps the stream open.
 KEEPALIVE_S = 15.0
+# How long a refused stream should wait before it tries again.
+RETRY_AFTER_S = 10
 
 
 @router.get(
     "/events",
     response_class=StreamingResponse,
-    responses={200: {"content": {"text/event-stream": {}}}},
+    responses={
+        200: {"content": {"text/event-stream": {}}},
+        429: {"description": "the tenant holds as many event streams as it may"},
+    },
     summary="live event stream",
 )
 async def stream(
-    request: Request, caller: StreamCallerDep, service: ServiceDep
+    request: Request,
+    caller: StreamCallerDep,
+    token: Annotated[str, Depends(stream_token)],
+    service: ServiceDep,
 ) -> StreamingResponse:
     """``event: switch`` (the /switch payload as the caller sees it, at least once a second),
     ``event: job`` (a JobPublic of the caller's whenever it changes), ``event: bench`` (a run
     the caller's tenant stored). An admin token gets every tenant's jobs, runs and counters."""
     bus = service.events
-    sub = bus.subscribe(tenant_id=caller.tenant.id, admin=caller.admin)
-    first = Event("switch", service.coordinator.switch_payload())
-    switch = (
-        None if caller.admin else TenantSwitchStream(service.sessions, tenant_id=caller.tenant.id)
-    )
-
-    async def seen(event: Event) -> Event:
-        if switch is None or event.kind != "switch":
-            return event
-        view = SwitchPublic.model_validate(event.data)
-        unknown = switch.unknown(view)
-        if unknown:
-            await to_thread.run_sync(switch.learn, unknown)
-        return Event("switch", switch.payload(view))
+    try:
+        sub = bus.subscribe(
+            tenant_id=caller.tenant.id, admin=caller.admin, digest=hash_token(token)
+        )
+    except TooManyStreams as exc:
+        raise HTTPException(
+            429,
+            f"tenant '{caller.tenant.name}' holds {exc.limit} event streams already, the most "
+            "it may (setting tenant_max_streams); close one and try again",
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        ) from None
+    try:
+        first = await to_thread.run_sync(
+            lambda: bus.first_switch(
+                Event("switch", service.coordinator.switch_payload()),
+                tenant_id=caller.tenant.id,
+                admin=caller.admin,
+            )
+        )
+    except BaseException:
+        bus.unsubscribe(sub)
+        raise
 
     async def body() -> AsyncIterator[str]:
         try:
-            yield format_sse(await seen(first))
+            yield first
             while True:
                 try:
-                    event = await asyncio.wait_for(sub.queue.get(), KEEPALIVE_S)
+                    text = await asyncio.wait_for(sub.queue.get(), KEEPALIVE_S)
                 except TimeoutError:
                     if await request.is_disconnected():
                         return
                     yield ": keepalive\n\n"
                     continue
-                if event is None:
+                if text is None:
                     return
-                yield format_sse(await seen(event))
+                yield text
         finally:
             bus.unsubscribe(sub)
 

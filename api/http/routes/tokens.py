@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path
 
 from api.errors import NotFound
-from api.http.deps import AdminDep, SessionDep
+from api.http.deps import AdminDep, ServiceDep, SessionDep
 from api.schemas import TenantName, TokenCreate, TokenCreated, TokenPublic
 from api.store.crud import create_tenant_token
 from api.store.models import ApiToken
@@ -65,6 +65,7 @@ def revoke(
     name: Annotated[TenantName, Path(description="the tenant")],
     _: AdminDep,
     session: SessionDep,
+    service: ServiceDep,
 ) -> list[TokenPublic]:
     """The tokens revoked now (``[]`` when all were revoked already). They are refused with 401
     from the next request on. Revoking the last admin token is refused with 409 (the command
@@ -80,4 +81,5 @@ def revoke(
             "token first",
         )
     session.commit()
+    service.events.end_streams({row.token_hash for row in revoked})
     return [token_public(row) for row in revoked]
