@@ -14,6 +14,7 @@ string, which the body's own value echoes back) written as its escape.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -29,10 +30,12 @@ from scheduler.errors import IllegalTransition
 
 __all__ = [
     "Conflict",
+    "Forbidden",
     "Invalid",
     "NotFound",
     "ServiceError",
     "SwitchFailed",
+    "TooMany",
     "allowed_methods",
     "install_handlers",
     "printable",
@@ -70,6 +73,25 @@ class Conflict(ServiceError):
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after_s)} if self.retry_after_s else {}
+
+
+class Forbidden(ServiceError):
+    """The caller may not do this (a limit an admin sets says so)."""
+
+    status = 403
+
+
+class TooMany(ServiceError):
+    """Over a rate limit: try again after `retry_after_s`."""
+
+    status = 429
+
+    def __init__(self, detail: str, *, retry_after_s: float) -> None:
+        super().__init__(detail)
+        self.retry_after_s = max(1, math.ceil(retry_after_s))
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
 
 
 class Invalid(ServiceError):

@@ -426,6 +426,19 @@ class TenantLimitsUpdate(BaseModel):
         allow_inf_nan=False,
         description="share of the switch's aggregators its jobs use",
     )
+    max_priority_class: (
+        Annotated[int, Field(ge=0, le=15), BeforeValidator(_json_integer)] | None
+    ) = Field(default=None, description="highest priority_class its jobs may have")
+    submit_rate: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e6,
+        allow_inf_nan=False,
+        description="jobs per second it may submit, on average",
+    )
+    submit_burst: (
+        Annotated[int, Field(ge=1, le=1_000_000), BeforeValidator(_json_integer)] | None
+    ) = Field(default=None, description="jobs it may submit at once before its rate holds it")
 
 
 class TenantLimitsPublic(BaseModel):
@@ -434,4 +447,7 @@ class TenantLimitsPublic(BaseModel):
     tenant: str
     max_jobs: int
     aggregator_share: float
+    max_priority_class: int
+    submit_rate: float
+    submit_burst: int
     own: TenantLimitsUpdate = Field(description="what an admin set for it (null: the default)")

@@ -133,6 +133,29 @@ class Settings(BaseSettings):
         description="share of the switch's aggregators one tenant's jobs may use (an admin "
         "sets a tenant's own over REST)",
     )
+    # Classes above it are an admin's to grant (PUT /tenants/{name}/limits): under the static
+    # priority function a class-15 job of any tenant would hold every aggregator.
+    tenant_max_priority_class: int = Field(
+        default=7,
+        ge=0,
+        le=15,
+        description="highest priority_class a tenant's jobs may have unless an admin grants "
+        "it more; above it a submission gets 403",
+    )
+    tenant_submit_rate: float = Field(
+        default=20.0,
+        gt=0,
+        le=1e6,
+        allow_inf_nan=False,
+        description="jobs per second one tenant may submit, on average (a token bucket); "
+        "beyond it 429 with Retry-After",
+    )
+    tenant_submit_burst: int = Field(
+        default=200,
+        ge=1,
+        le=1_000_000,
+        description="jobs one tenant may submit at once before its rate holds it",
+    )
     # Each stream costs the service memory and a share of every event's fan-out, never a store
     # connection; a tenant's browser tabs and scripts together stay under this.
     tenant_max_streams: int = Field(

@@ -123,6 +123,10 @@ def add_jobs_parser(
         "--window", type=int, help="fragments in flight, 1..4096 (default: the service's)"
     )
     submit.add_argument("--json", action="store_true", help="print the service's JSON")
+    limits = actions.add_parser(
+        "limits", parents=[client], help="what your tenant may do (priority classes, quotas)"
+    )
+    limits.add_argument("--json", action="store_true", help="print the service's JSON")
     cancel = actions.add_parser("cancel", parents=[client], help="cancel a job")
     cancel.add_argument("job_id", type=int, help="the job's id")
     cancel.add_argument("--json", action="store_true", help="print the service's JSON")
@@ -187,6 +191,8 @@ def run_jobs(args: argparse.Namespace, *, service: str, token: str | None) -> in
                 response = http.get("/jobs", params=params)
             elif args.action == "submit":
                 response = http.post("/jobs", json=body)
+            elif args.action == "limits":
+                response = http.get("/limits")
             else:
                 response = http.delete(f"/jobs/{args.job_id}")
     except httpx.HTTPError as exc:
@@ -202,9 +208,21 @@ def run_jobs(args: argparse.Namespace, *, service: str, token: str | None) -> in
         print(f"{len(result['items'])} of {result['total']} jobs")
     elif args.action == "submit":
         print(_submitted(result, service))
+    elif args.action == "limits":
+        print(limits_line(result))
     else:
         print(f"job {result['id']} {result['name']!r}: {result['state']}")
     return int(ExitCode.OK)
+
+
+def limits_line(limits: dict[str, Any]) -> str:
+    """A ``TenantLimitsPublic`` body as one line."""
+    return (
+        f"tenant {limits['tenant']}: priority classes 0..{limits['max_priority_class']}, "
+        f"{limits['max_jobs']} jobs admitted at once, {limits['aggregator_share']:.0%} of the "
+        f"aggregators, {limits['submit_rate']:g} submissions/s (bursts of "
+        f"{limits['submit_burst']})"
+    )
 
 
 def _submitted(job: dict[str, Any], service: str) -> str:

@@ -23,6 +23,7 @@ from p4ctl.backend import Endpoint, InMemorySwitch, SwitchBackend
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from api.coordinator.admission import SubmitLimits
 from api.coordinator.counters import TenantSwitchViews
 from api.coordinator.events import EventBus, StreamWatch
 from api.coordinator.leader import Campaign, Lease, election_id, take_lease
@@ -84,7 +85,14 @@ class Service:
         settings say ``standby``: then serve reads and take over when the lock frees."""
         self.given_backend = backend
         owner = _owner(self.settings)
-        self.submissions = Submissions(self.sessions, on_stored=self._stored)
+        s = self.settings
+        self.submissions = Submissions(
+            self.sessions,
+            on_stored=self._stored,
+            limits=SubmitLimits(
+                s.tenant_max_priority_class, s.tenant_submit_rate, s.tenant_submit_burst
+            ),
+        )
         watch = StreamWatch(self.events, self._live_digests)
         watch.start()
         self.closers.append(watch.stop)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from api.coordinator.admission import SubmitBuckets, SubmitLimits, check_submission
 from api.coordinator.inputs import job_size
 from api.schemas import JobCreate
 from api.store.crud import create_job, insert_jobs, job_by_client_key, new_job
@@ -84,9 +85,13 @@ class Submissions:
         sessions: sessionmaker[Session],
         *,
         on_stored: Callable[[Sequence[Job]], None],
+        limits: SubmitLimits | None = None,
         max_batch: int = MAX_BATCH,
     ) -> None:
         self.sessions = sessions
+        # Priority ceilings and submission rates (None: none); the buckets are this thread's.
+        self.limits = limits
+        self.buckets = SubmitBuckets()
         self.on_stored = on_stored
         self.max_batch = max_batch
         self.batches = 0  # transactions that stored submissions, for tests and logs
@@ -162,7 +167,7 @@ class Submissions:
             for waiting in batch:
                 sub = waiting.submission
                 try:
-                    tenant_id, gradient_bytes = _admissible(callers.get(sub.api_token), sub)
+                    tenant_id, gradient_bytes = self._admissible(callers.get(sub.api_token), sub)
                 except Exception as exc:
                     outcomes.append(exc)
                     continue
@@ -194,7 +199,7 @@ class Submissions:
     def _write_alone(self, sub: Submission) -> tuple[_Outcome, list[Job]]:
         with self.sessions() as session:
             try:
-                tenant_id, gradient_bytes = _admissible(
+                tenant_id, gradient_bytes = self._admissible(
                     live_caller(session, token=sub.api_token), sub
                 )
             except Exception as exc:
@@ -209,13 +214,22 @@ class Submissions:
             )
         return Submitted(job, token, gradient_bytes), [] if token is None else [job]
 
-
-def _admissible(caller: Caller | None, sub: Submission) -> tuple[int, int]:
-    """``(tenant id, gradient bytes)`` of `sub` sent by `caller` (None: its token is not a
-    live one); raises `UnknownToken` or an input error."""
-    if caller is None:
-        raise UnknownToken("unknown API token, or a revoked one")
-    return caller.tenant.id, job_size(sub.spec, limit=sub.max_gradient_bytes)
+    def _admissible(self, caller: Caller | None, sub: Submission) -> tuple[int, int]:
+        """``(tenant id, gradient bytes)`` of `sub` sent by `caller` (None: its token is not a
+        live one); raises `UnknownToken`, an input error, or the tenant's submission limits'
+        `Forbidden`/`TooMany` (`api.coordinator.admission`)."""
+        if caller is None:
+            raise UnknownToken("unknown API token, or a revoked one")
+        gradient_bytes = job_size(sub.spec, limit=sub.max_gradient_bytes)
+        if self.limits is not None and not caller.admin:
+            check_submission(
+                tenant=caller.tenant.name,
+                tenant_id=caller.tenant.id,
+                priority_class=sub.spec.priority_class,
+                limits=self.limits.of(caller.own),
+                buckets=self.buckets,
+            )
+        return caller.tenant.id, gradient_bytes
 
 
 def _answer(answer: asyncio.Future[_Outcome], outcome: _Outcome) -> None:

@@ -91,6 +91,9 @@ class Tenant(Base):
     # The tenant's own quota, set by an admin; None: the service's default (settings).
     max_jobs: Mapped[int | None]
     aggregator_share: Mapped[float | None] = mapped_column(Float)
+    max_priority_class: Mapped[int | None]
+    submit_rate: Mapped[float | None] = mapped_column(Float)
+    submit_burst: Mapped[int | None]
 
 
 class ApiToken(Base):

@@ -22,6 +22,7 @@ __all__ = [
     "TENANT_NAME_MAX",
     "BadTenantName",
     "Caller",
+    "OwnSubmitLimits",
     "TenantRef",
     "check_tenant_name",
     "list_tokens",
@@ -52,11 +53,23 @@ class TenantRef:
 
 
 @dataclass(frozen=True, slots=True)
+class OwnSubmitLimits:
+    """What an admin set for what one tenant may submit; None: the service's default
+    (`api.coordinator.admission`)."""
+
+    max_priority_class: int | None = None
+    submit_rate: float | None = None
+    submit_burst: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Caller:
-    """Who sent a request: the tenant of its token and whether that token is an admin token."""
+    """Who sent a request: the tenant of its token, whether that token is an admin token, and
+    the tenant's own submission limits."""
 
     tenant: TenantRef
     admin: bool
+    own: OwnSubmitLimits = OwnSubmitLimits()
 
 
 def check_tenant_name(name: str) -> None:
@@ -92,7 +105,15 @@ def live_caller(session: Session, *, token: str) -> Caller | None:
 
 # Built once: building the statement on every call cost about as much as running it.
 _LIVE_CALLERS = (
-    select(ApiToken.token_hash, Tenant.id, Tenant.name, ApiToken.admin)
+    select(
+        ApiToken.token_hash,
+        Tenant.id,
+        Tenant.name,
+        ApiToken.admin,
+        Tenant.max_priority_class,
+        Tenant.submit_rate,
+        Tenant.submit_burst,
+    )
     .join(ApiToken, ApiToken.tenant_id == Tenant.id)
     .where(
         ApiToken.token_hash.in_(bindparam("hashes", expanding=True)),
@@ -106,7 +127,14 @@ def live_callers(session: Session, *, tokens: Iterable[str]) -> dict[str, Caller
     for any number (a batch of submissions checks its tokens together)."""
     by_hash = {hash_token(token): token for token in set(tokens)}
     rows = session.execute(_LIVE_CALLERS, {"hashes": list(by_hash)})
-    return {by_hash[row.token_hash]: Caller(TenantRef(row.id, row.name), row.admin) for row in rows}
+    return {
+        by_hash[row.token_hash]: Caller(
+            TenantRef(row.id, row.name),
+            row.admin,
+            OwnSubmitLimits(row.max_priority_class, row.submit_rate, row.submit_burst),
+        )
+        for row in rows
+    }
 
 
 def list_tokens(session: Session) -> Sequence[ApiToken]:

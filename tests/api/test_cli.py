@@ -49,7 +49,7 @@ def test_every_jobs_token_and_submit_flag_has_help() -> None:
     parsers = [commands["jobs"], commands["token"]]
     parsers += _subparsers(commands["jobs"]).values()
     parsers += _subparsers(commands["token"]).values()
-    assert len(parsers) == 8  # jobs: list, submit, cancel; token: create, list, revoke
+    assert len(parsers) == 9  # jobs: list, submit, limits, cancel; token: create, list, revoke
     for parser in parsers:
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction):

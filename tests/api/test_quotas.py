@@ -109,7 +109,16 @@ def test_an_admin_sets_a_tenants_limit_over_rest(make_service: ServiceFactory) -
         "tenant": "alice",
         "max_jobs": 256,
         "aggregator_share": 1.0,
-        "own": {"max_jobs": None, "aggregator_share": None},
+        "max_priority_class": 7,
+        "submit_rate": 20.0,
+        "submit_burst": 200,
+        "own": {
+            "max_jobs": None,
+            "aggregator_share": None,
+            "max_priority_class": None,
+            "submit_rate": None,
+            "submit_burst": None,
+        },
     }
     refused = service.client.put(url, json={"max_jobs": 1}, headers=service.auth("alice"))
     assert refused.status_code == 403 and "admin" in refused.text
