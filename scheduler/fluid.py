@@ -248,8 +248,9 @@ class _Contenders:
     #: A process per job, numbered in job order.
     own: bool
     jobs_per_server: Vec
-    #: Priority level (all 0 where the policy does not preempt) and one past the highest + 1.
+    #: Priority level (all 0 where the policy does not preempt).
     level: npt.NDArray[np.intp]
+    #: Length of the per-level sums: the highest level + 2 (`_above` reads one level past it).
     top: int
 
     @property
