@@ -126,7 +126,9 @@ def _run_peer(
     try:
         cpu = process_cpu_s(served.pid)
         delivery = senders.run(n, lanes, load.window, count, served.data)
-        us = 1e6 * (process_cpu_s(served.pid) - cpu) / (n * count)
+        spent = process_cpu_s(served.pid) - cpu
+        # Per fragment sent: a sender that stopped on a loss sent fewer than `count`.
+        us = 1e6 * spent / delivery.sent if delivery.sent else math.nan
         if delivery.errors:
             counters = control.counters() if control else None
             log.warning(
