@@ -1,18 +1,16 @@
 """Allreduce goodput: inasched through the soft switch vs torch.distributed gloo, same run.
 
-    python -m bench.allreduce [--json FILE] [--quick] [--full] [--policies esa,static]
-                              [--datapaths engine,python] [--sizes 4,64] [--workers 2,4]
-                              [--lanes 256] [--reps 3]
+    python -m bench.allreduce [--json FILE] [--quick | --full] [--policies esa,static]
+                              [--sizes 4,64] [--workers 2,4] [--lanes 256,1024] [--reps 3]
 
-For 4 MB and 64 MB float32 tensors, 2 and 4 workers, and each policy: inasched through an
-in-process soft switch with a PS in a process beside it, and gloo over loopback TCP. Every
-worker is a process. Goodput is tensor MB / seconds per allreduce, per worker (the slowest
-worker's time, the median over repetitions). Every result is checked against
-``workers.quant.error_bound`` and for being the same on every worker; a case outside the bound
-is flagged and the command exits with status 1. ``--quick``: 4 MB, 2 workers, one repetition.
-``--json`` writes ``{"cases": [...], "cpus", "notes"}``, one case per (size, workers, policy,
-data path) with the timings, ratio to gloo, ``within_bound``, ``worst_error`` and
-``identical``. Figures: ``docs/performance.md``.
+For each tensor size (float32), worker count, policy and k: inasched through an in-process
+soft switch with a PS beside it, and gloo over loopback TCP; every worker is a process.
+Goodput is tensor MB / seconds per allreduce per worker (the slowest worker, the median over
+repetitions); each case prints its ratio to gloo's. Every result is checked against
+``workers.quant.error_bound`` and for being the same on every worker; a case outside the
+bound is flagged and the command exits 1. The default grid (`DEFAULT_GRID`) finishes in a
+minute or two on two cores; ``--full`` runs `FULL_GRID`. ``--json`` writes ``{"cases",
+"cpus"}``. Figures: ``docs/performance.md``.
 """
 
 from __future__ import annotations
@@ -36,8 +34,6 @@ import numpy as np
 import numpy.typing as npt
 from p4ctl.protocol import SUPPORTED_LANES
 
-from bench.dataplane import datapath_env
-
 __all__ = ["Timing", "check_result", "main", "run_gloo", "run_inasched"]
 
 log = logging.getLogger(__name__)
@@ -47,13 +43,22 @@ POOL = 4096
 # Fragments in flight per worker: larger windows (256-1,024) moved little more, within the
 # run-to-run noise.
 WINDOW = 64
-SIZES_MB = (4, 64)
-WORKERS = (2, 4)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The cases a run measures: every size (MB) x worker count x k."""
+
+    sizes_mb: tuple[float, ...]
+    workers: tuple[int, ...]
+    lanes: tuple[int, ...]
+
+
 # k: the most a hardware pass has of the soft switch's usual sizes, and the widest it takes.
-LANES = (256, 1024)
-DATAPATHS = ("engine", "python")
-# The Python data path's 3-9 MB/s: more repetitions of its 64 MB cases take minutes.
-PYTHON_REPS = 1
+FULL_GRID = Grid(sizes_mb=(4, 64), workers=(2, 4), lanes=(256, 1024))
+# Each case spawns a PS and its workers, and 4 workers on a loaded 2-core machine move a
+# 64 MB tensor at a few MB/s each: the full grid took 7 minutes there at k=1,024 alone.
+DEFAULT_GRID = Grid(sizes_mb=(4, 64), workers=(2,), lanes=(1024,))
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,6 @@ class Timing:
     within_bound: bool
     worst_error: float  # largest |result - exact| / bound over every element and repetition
     identical: bool
-    datapath: str  # the workers' data path as their clients report it
 
     @property
     def median_s(self) -> float:
@@ -140,7 +144,6 @@ def _ina_worker(
             start = time.perf_counter()
             results.append(client.allreduce(x, key="tensor"))
             spent.append(time.perf_counter() - start)
-        datapath = str(getattr(client, "datapath", "python"))
         # Checked once every worker has its last result: on 2 cores a check beside another
         # worker's allreduce would slow that one down.
         go.wait()
@@ -151,7 +154,7 @@ def _ina_worker(
         digests.append(hashlib.blake2b(got.tobytes(), digest_size=16).hexdigest())
         # The client's next allreduce of this tensor took its exponents from this sum.
         exponents = next_exponents(np.pad(got, (0, -size % lanes)).reshape(-1, lanes), exponents)
-    times.put((spent, worst, digests, datapath))
+    times.put((spent, worst, digests))
 
 
 def _gloo_worker(rank: int, world: int, port: int, size: int, reps: int, times: Queue[Any]) -> None:
@@ -182,82 +185,112 @@ def _slowest(per_worker: list[list[float]], procs: list[Any]) -> list[float]:
 
 
 def run_inasched(
-    n: int, size: int, reps: int, policy: str, lanes: int, datapath: str, window: int = WINDOW
+    n: int, size: int, reps: int, policy: str, lanes: int, window: int = WINDOW
 ) -> Timing:
-    """Allreduces of `size` floats over `n` worker processes through the switch on `datapath`
-    (the switch's, and ``INASCHED_DATAPATH`` in the PS and the workers), `window` fragments
-    in flight per worker."""
-    with datapath_env(datapath):
-        return _run_inasched(n, size, reps, policy, lanes, datapath, window)
-
-
-def _run_inasched(
-    n: int, size: int, reps: int, policy: str, lanes: int, datapath: str, window: int
-) -> Timing:
-    from p4ctl.backend import Endpoint, JobInstall
+    """Allreduces of `size` floats over `n` worker processes through the soft switch, `window`
+    fragments in flight per worker."""
     from p4ctl.client import SwitchClient
-    from p4ctl.protocol import Policy
     from p4ctl.softswitch import SoftSwitch
 
-    from workers.ps import main as ps_main
-
     ctx = mp.get_context("spawn")
-    pol = Policy.parse(policy)
-    with SoftSwitch(aggregators=POOL, lanes=lanes, datapath=datapath) as switch:
+    with SoftSwitch(aggregators=POOL, lanes=lanes) as switch:
         control = SwitchClient(switch.p4runtime_address, aggregators=POOL, lanes=lanes)
-        host, port = switch.data_address
         # The PS in its own process, as `inasched ps` runs: in the switch's process it would
         # share the switch's interpreter lock.
         ps_address = ("127.0.0.1", _free_udp_port())
-        ps_args = ["--port", str(ps_address[1]), "--job", f"1:{n}:{policy}:{window}"]
-        ps_args += ["--switch", f"{host}:{port}", "--log-level", "WARNING"]
-        ps = ctx.Process(target=ps_main, args=(ps_args,))
-        ps.start()
+        ps = _start_ps(ctx, ps_address, switch.data_address, n, policy, window)
         try:
             _wait_bound(ps_address)
-            part = POOL // 2 if pol == Policy.STATIC else 0
-            control.install_job(JobInstall(1, pol, n, 0, part, ps=Endpoint(*ps_address)))
-            placement = (
-                {"kind": "static", "part_base": 0, "part_size": part}
-                if part
-                else {"kind": "hashed", "seed": 17, "pool": POOL}
-            )
-            ports, times = ctx.Queue(), ctx.Queue()
-            go = ctx.Barrier(n + 1)
-            procs = []
-            for w in range(n):
-                body = {
-                    "job_id": 1,
-                    "worker_id": w,
-                    "fan_in": n,
-                    "policy": policy,
-                    "switch": {"host": host, "port": port},
-                    "ps": {"host": ps_address[0], "port": ps_address[1]},
-                    "lanes": lanes,
-                    "window": window,
-                    "placement": placement,
-                }
-                proc = ctx.Process(target=_ina_worker, args=(body, size, reps, ports, go, times))
-                proc.start()
-                procs.append(proc)
-            for _ in range(n):
-                wid, endpoint = ports.get(timeout=120)
-                control.add_worker(1, wid, Endpoint(*endpoint))
-            for _ in range(reps + 2):  # the warm-up, each repetition, the checks
-                go.wait()
-            results = [times.get(timeout=600) for _ in range(n)]
-            worst = max(r[1] for r in results)
-            return Timing(
-                runs_s=_slowest([r[0] for r in results], procs),
-                within_bound=worst <= 1.0,
-                worst_error=worst,
-                identical=all(r[2] == results[0][2] for r in results),
-                datapath=",".join(sorted({r[3] for r in results})),
-            )
+            placement = _install_job(control, n, policy, ps_address)
+            bodies = [
+                _join_body(w, n, policy, switch.data_address, ps_address, lanes, window, placement)
+                for w in range(n)
+            ]
+            return _time_workers(ctx, control, bodies, size, reps)
         finally:
             control.close()
             ps.terminate()
             ps.join(timeout=30)
+
+
+def _start_ps(
+    ctx: Any, address: tuple[str, int], switch: tuple[str, int], n: int, policy: str, window: int
+) -> Any:
+    """The PS of job 1 (`n` workers) in a process of its own, serving UDP `address`."""
+    from cli.ps import main as ps_main
+
+    args = ["--port", str(address[1]), "--job", f"1:{n}:{policy}:{window}"]
+    args += ["--switch", f"{switch[0]}:{switch[1]}", "--log-level", "WARNING"]
+    ps = ctx.Process(target=ps_main, args=(args,))
+    ps.start()
+    return ps
+
+
+def _install_job(control: Any, n: int, policy: str, ps_address: tuple[str, int]) -> dict[str, Any]:
+    """Install job 1 on the switch: half the pool as a static partition, or the shared pool;
+    returns the placement its workers are told."""
+    from p4ctl.backend import Endpoint, JobInstall
+    from p4ctl.protocol import Policy
+
+    part = POOL // 2 if Policy.parse(policy) == Policy.STATIC else 0
+    control.install_job(JobInstall(1, Policy.parse(policy), n, 0, part, ps=Endpoint(*ps_address)))
+    if part:
+        return {"kind": "static", "part_base": 0, "part_size": part}
+    return {"kind": "hashed", "seed": 17, "pool": POOL}
+
+
+def _join_body(
+    worker: int,
+    n: int,
+    policy: str,
+    switch: tuple[str, int],
+    ps: tuple[str, int],
+    lanes: int,
+    window: int,
+    placement: dict[str, Any],
+) -> dict[str, Any]:
+    """What the service's join answer would tell worker `worker` of job 1."""
+    return {
+        "job_id": 1,
+        "worker_id": worker,
+        "fan_in": n,
+        "policy": policy,
+        "switch": {"host": switch[0], "port": switch[1]},
+        "ps": {"host": ps[0], "port": ps[1]},
+        "lanes": lanes,
+        "window": window,
+        "placement": placement,
+    }
+
+
+def _time_workers(
+    ctx: Any, control: Any, bodies: list[dict[str, Any]], size: int, reps: int
+) -> Timing:
+    """Start a worker process per join body, register each with the switch, step them through
+    the warm-up and `reps` allreduces together, and collect their times and checks."""
+    from p4ctl.backend import Endpoint
+
+    n = len(bodies)
+    ports, times = ctx.Queue(), ctx.Queue()
+    go = ctx.Barrier(n + 1)
+    procs = []
+    for body in bodies:
+        proc = ctx.Process(target=_ina_worker, args=(body, size, reps, ports, go, times))
+        proc.start()
+        procs.append(proc)
+    for _ in range(n):
+        wid, endpoint = ports.get(timeout=120)
+        control.add_worker(1, wid, Endpoint(*endpoint))
+    for _ in range(reps + 2):  # the warm-up, each repetition, the checks
+        go.wait()
+    results = [times.get(timeout=600) for _ in range(n)]
+    worst = max(r[1] for r in results)
+    return Timing(
+        runs_s=_slowest([r[0] for r in results], procs),
+        within_bound=worst <= 1.0,
+        worst_error=worst,
+        identical=all(r[2] == results[0][2] for r in results),
+    )
 
 
 def run_gloo(n: int, size: int, reps: int) -> list[float]:
@@ -276,83 +309,86 @@ def run_gloo(n: int, size: int, reps: int) -> list[float]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the cases, print the table, write `--json`; 1 when a result broke the bound."""
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.allreduce", description=__doc__.split("\n")[0] if __doc__ else None
-    )
-    parser.add_argument("--json", type=Path, help="write the results here")
-    parser.add_argument("--quick", action="store_true", help="4 MB, 2 workers, 1 repetition")
-    parser.add_argument("--full", action="store_true", help="--reps on the Python path too")
-    parser.add_argument("--policies", default="esa,static", help="comma-separated")
-    parser.add_argument("--datapaths", default=",".join(DATAPATHS), help="comma-separated")
-    parser.add_argument(
-        "--lanes",
-        default=",".join(map(str, LANES)),
-        help=f"comma-separated k, of {', '.join(map(str, SUPPORTED_LANES))}",
-    )
-    parser.add_argument("--reps", type=int, default=3, help="repetitions per case (engine)")
-    parser.add_argument("--window", type=int, default=WINDOW, help="fragments in flight")
-    parser.add_argument("--sizes", default=",".join(map(str, SIZES_MB)), help="MB, e.g. 4,64")
-    parser.add_argument("--workers", default=",".join(map(str, WORKERS)), help="e.g. 2,4")
+    parser = _parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    grid = _grid(parser, args)
     policies = [p for p in args.policies.split(",") if p]
-    datapaths = [d for d in args.datapaths.split(",") if d]
-    unknown = set(datapaths) - set(DATAPATHS)
-    if unknown:
-        parser.error(f"unknown data path(s) {sorted(unknown)}: expected {', '.join(DATAPATHS)}")
-    lanes_list = [int(x) for x in args.lanes.split(",") if x]
-    if set(lanes_list) - set(SUPPORTED_LANES):
-        parser.error(f"--lanes: each must be one of {', '.join(map(str, SUPPORTED_LANES))}")
-    sizes = [float(x) for x in args.sizes.split(",") if x]
-    workers = [int(x) for x in args.workers.split(",") if x]
-    cases = [(sizes[0], workers[0])] if args.quick else [(s, n) for s in sizes for n in workers]
-    reps = 1 if args.quick else args.reps
-    notes = []
-    python_reps = reps if args.full else min(reps, PYTHON_REPS)
-    if "python" in datapaths and python_reps < reps:
-        notes.append(f"python data path: {python_reps} repetition per case; --full runs {reps}")
-        print(notes[-1], flush=True)
+    cases = [(s, n) for s in grid.sizes_mb for n in grid.workers]
+    cases, reps = (cases[:1], 1) if args.quick else (cases, args.reps)
     rows: list[dict[str, Any]] = []
     print(_header(), flush=True)
     for size_mb, n in cases:
         size = int(size_mb * MB) // 4
-        gloo_runs = run_gloo(n, size, reps)
-        gloo = float(statistics.median(gloo_runs))
-        for policy in policies:
-            for datapath, lanes in [(d, k) for d in datapaths for k in lanes_list]:
-                runs = python_reps if datapath == "python" else reps
-                timing = run_inasched(n, size, runs, policy, lanes, datapath, args.window)
-                setting = (size_mb, n, policy, datapath, lanes, args.window)
-                rows.append(_case(*setting, timing, gloo))
-                print(_line(rows[-1]), flush=True)
+        gloo = float(statistics.median(run_gloo(n, size, reps)))
+        for policy, lanes in [(p, k) for p in policies for k in grid.lanes]:
+            timing = run_inasched(n, size, reps, policy, lanes, args.window)
+            rows.append(_case(size_mb, n, policy, lanes, args.window, timing, gloo))
+            print(_line(rows[-1]), flush=True)
     print(_ratios(rows), flush=True)
     if args.json:
-        document = {"cases": rows, "cpus": os.cpu_count(), "notes": notes}
-        args.json.write_text(json.dumps(document, indent=2))
+        args.json.write_text(json.dumps({"cases": rows, "cpus": os.cpu_count()}, indent=2))
     broken = [r for r in rows if not (r["within_bound"] and r["identical"])]
     for r in broken:
         log.error("outside the error bound or not the same on every worker: %s", r)
     return 1 if broken else 0
 
 
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.allreduce", description=__doc__.split("\n")[0] if __doc__ else None
+    )
+    parser.add_argument("--json", type=Path, help="write the results here")
+    grid = parser.add_mutually_exclusive_group()
+    grid.add_argument("--quick", action="store_true", help="first size and workers, 1 repetition")
+    grid.add_argument("--full", action="store_true", help="every size, worker count and k")
+    parser.add_argument("--policies", default="esa,static", help="comma-separated")
+    parser.add_argument(
+        "--lanes", help=f"comma-separated k, of {', '.join(map(str, SUPPORTED_LANES))}"
+    )
+    parser.add_argument("--reps", type=int, default=3, help="repetitions per case")
+    parser.add_argument("--window", type=int, default=WINDOW, help="fragments in flight")
+    parser.add_argument("--sizes", help="MB, e.g. 4,64")
+    parser.add_argument("--workers", help="e.g. 2,4")
+    return parser
+
+
+def _grid(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Grid:
+    """The default or full grid, with what `--sizes`, `--workers` and `--lanes` replace."""
+    base = FULL_GRID if args.full else DEFAULT_GRID
+    grid = Grid(
+        sizes_mb=tuple(float(x) for x in args.sizes.split(",") if x)
+        if args.sizes
+        else base.sizes_mb,
+        workers=tuple(int(x) for x in args.workers.split(",") if x)
+        if args.workers
+        else base.workers,
+        lanes=tuple(int(x) for x in args.lanes.split(",") if x) if args.lanes else base.lanes,
+    )
+    if set(grid.lanes) - set(SUPPORTED_LANES):
+        parser.error(f"--lanes: each must be one of {', '.join(map(str, SUPPORTED_LANES))}")
+    return grid
+
+
 def _case(
     size_mb: float,
     n: int,
     policy: str,
-    datapath: str,
     lanes: int,
     window: int,
     timing: Timing,
     gloo_s: float,
 ) -> dict[str, Any]:
+    """One case: ``size_mb``, ``workers``, ``policy``, ``lanes``, ``window``, ``reps``,
+    ``inasched_s``, ``gloo_s``, ``inasched_MBps``, ``gloo_MBps``, ``ratio`` (inasched /
+    gloo), ``inasched_runs_s`` (every repetition), ``within_bound``, ``worst_error`` (largest
+    ``|error| / bound`` over the tensor) and ``identical`` (every worker saw the same sum)."""
     ina_s = timing.median_s
     return {
         "size_mb": size_mb,
         "workers": n,
         "policy": policy,
-        "datapath": datapath,
-        "client_datapath": timing.datapath,
         "lanes": lanes,
         "window": window,
         "reps": len(timing.runs_s),
@@ -370,7 +406,7 @@ def _case(
 
 def _header() -> str:
     return (
-        f"{'size':>5} {'wrk':>3} {'policy':>6} {'datapath':>8} {'k':>4} {'reps':>4} "
+        f"{'size':>5} {'wrk':>3} {'policy':>6} {'k':>4} {'reps':>4} "
         f"{'inasched MB/s [min-max]':>25} {'gloo MB/s':>9} {'/gloo':>6} {'err/bound':>9} "
         f"{'same':>4}"
     )
@@ -380,7 +416,7 @@ def _line(r: dict[str, Any]) -> str:
     fastest, slowest = min(r["inasched_runs_s"]), max(r["inasched_runs_s"])
     spread = f"[{r['size_mb'] / slowest:.1f}-{r['size_mb'] / fastest:.1f}]"
     return (
-        f"{r['size_mb']:>3g}MB {r['workers']:>3} {r['policy']:>6} {r['datapath']:>8} "
+        f"{r['size_mb']:>3g}MB {r['workers']:>3} {r['policy']:>6} "
         f"{r['lanes']:>4} {r['reps']:>4} {r['inasched_MBps']:>10.1f} {spread:>14} "
         f"{r['gloo_MBps']:>9.1f} "
         f"{r['ratio']:>6.3f} {r['worst_error']:>9.3f} {'yes' if r['identical'] else 'NO':>4}"
@@ -388,16 +424,12 @@ def _line(r: dict[str, Any]) -> str:
 
 
 def _ratios(rows: list[dict[str, Any]]) -> str:
-    """engine / python goodput wherever both ran at one k."""
-    by = {(r["size_mb"], r["workers"], r["policy"], r["datapath"], r["lanes"]): r for r in rows}
+    """inasched's goodput over gloo's, side by side per policy and k: the range over the
+    sizes and worker counts measured."""
     lines = []
-    for (size_mb, n, policy, datapath, k), r in by.items():
-        python = by.get((size_mb, n, policy, "python", k))
-        if datapath == "engine" and python is not None:
-            lines.append(
-                f"engine/python, {size_mb} MB, {n} workers, {policy}, k={k}: "
-                f"{r['inasched_MBps'] / python['inasched_MBps']:.1f}x"
-            )
+    for policy, lanes in dict.fromkeys((r["policy"], r["lanes"]) for r in rows):
+        ratios = [r["ratio"] for r in rows if (r["policy"], r["lanes"]) == (policy, lanes)]
+        lines.append(f"inasched / gloo, {policy}, k={lanes}: {min(ratios):.3f}-{max(ratios):.3f}")
     return "\n".join(lines)
 
 

@@ -125,7 +125,7 @@ def _service(database_url: str, data_dir: Path, policy: str) -> Iterator[tuple[s
     cmd += ["--port", str(port), "--data-dir", str(data_dir), "--database-url", database_url]
     cmd += ["--policy", policy]
     # Admitted backlog jobs never see a worker: keep them admitted for the whole run.
-    env = {**os.environ, "INASCHED_DATAPATH": "python", "INASCHED_JOIN_TIMEOUT_S": "86400"}
+    env = {**os.environ, "INASCHED_JOIN_TIMEOUT_S": "86400"}
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
@@ -471,6 +471,36 @@ def _print_rounds(rounds: list[RoundTime]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; prints tables (and writes JSON); returns the exit status."""
+    args = _parser().parse_args(argv)
+    machine = {
+        "cores": os.cpu_count(),
+        "load_before": round(os.getloadavg()[0], 2),
+        "busy_cores": args.busy_cores,
+    }
+    with (
+        tempfile.TemporaryDirectory(prefix="inasched-bench-api-") as tmp,
+        _busy(args.busy_cores),
+    ):
+        results, round_rows = _measure_stores(args, Path(tmp))
+    print(
+        f"machine: {machine['cores']} cores, load average {machine['load_before']:.2f} before "
+        f"the run, {machine['busy_cores']} kept busy by spinning processes during it"
+    )
+    _print_results(results)
+    _print_rounds(round_rows)
+    if args.json:
+        body = {
+            "machine": machine,
+            "submissions": [
+                {**asdict(r), "rate_ratio": r.rate_ratio, "p99_ratio": r.p99_ratio} for r in results
+            ],
+            "rounds": [asdict(r) for r in round_rows],
+        }
+        args.json.write_text(json.dumps(body, indent=2) + "\n")
+    return 0 if all(r.errors == 0 for r in results) else 1
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.api", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer jobs and repeats (1-2 min)")
     parser.add_argument("--clients", type=_whole(1), default=50)
@@ -496,70 +526,57 @@ def main(argv: list[str] | None = None) -> int:
         help="cores kept busy by spinning processes during the run (0)",
     )
     parser.add_argument("--json", type=Path, help="also write the results here")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _stores(
+    postgres_url: str | None, tmp: Path
+) -> list[tuple[str, Callable[[], AbstractContextManager[str]]]]:
+    """``(database, fresh)`` per store measured: `fresh` gives the URL of a fresh SQLite file
+    in `tmp` or a fresh PostgreSQL schema each time it is entered."""
+    counter = iter(range(10**6))
+
+    @contextmanager
+    def sqlite_url() -> Iterator[str]:
+        yield f"sqlite:///{tmp / f'bench-{next(counter)}.db'}"
+
+    stores: list[tuple[str, Callable[[], AbstractContextManager[str]]]] = [("sqlite", sqlite_url)]
+    if postgres_url:
+        base = postgres_url
+        stores.append(("postgresql", lambda: _postgres_schema(base)))
+    else:
+        print("PostgreSQL skipped: give --postgres-url or set INASCHED_TEST_POSTGRES_URL")
+    return stores
+
+
+def _measure_stores(args: argparse.Namespace, tmp: Path) -> tuple[list[Result], list[RoundTime]]:
+    """Per store: the three submission measurements (as fast as answered, paced to
+    ``--rate``, over the backlog), then the decision rounds' times."""
     jobs = args.jobs or (2000 if args.quick else 5000)
     repeats = args.repeats or (1 if args.quick else 3)
     rounds = args.rounds or (10 if args.quick else 30)
     results: list[Result] = []
     round_rows: list[RoundTime] = []
-    machine = {
-        "cores": os.cpu_count(),
-        "load_before": round(os.getloadavg()[0], 2),
-        "busy_cores": args.busy_cores,
-    }
-    with (
-        tempfile.TemporaryDirectory(prefix="inasched-bench-api-") as tmp,
-        _busy(args.busy_cores),
-    ):
-        counter = iter(range(10**6))
-
-        @contextmanager
-        def sqlite_url() -> Iterator[str]:
-            yield f"sqlite:///{Path(tmp) / f'bench-{next(counter)}.db'}"
-
-        stores: list[tuple[str, Callable[[], AbstractContextManager[str]]]] = [
-            ("sqlite", sqlite_url)
-        ]
-        if args.postgres_url:
-            base = args.postgres_url
-            stores.append(("postgresql", lambda: _postgres_schema(base)))
-        else:
-            print("PostgreSQL skipped: give --postgres-url or set INASCHED_TEST_POSTGRES_URL")
-        for database, fresh in stores:
-            for backlog, rate in ((0, None), (0, args.rate), (args.backlog, None)):
-                results.append(
-                    measure(
-                        database,
-                        fresh,
-                        policy=args.policy,
-                        clients=args.clients,
-                        jobs=jobs,
-                        backlog=backlog,
-                        rate=rate,
-                        repeats=repeats,
-                        data_dir=Path(tmp),
-                    )  # fmt: skip
-                )
-            with fresh() as url:
-                round_rows += round_times(
-                    database, url, policy=args.policy, sizes=args.round_sizes, rounds=rounds
-                )
-    print(
-        f"machine: {machine['cores']} cores, load average {machine['load_before']:.2f} before "
-        f"the run, {machine['busy_cores']} kept busy by spinning processes during it"
-    )
-    _print_results(results)
-    _print_rounds(round_rows)
-    if args.json:
-        body = {
-            "machine": machine,
-            "submissions": [
-                {**asdict(r), "rate_ratio": r.rate_ratio, "p99_ratio": r.p99_ratio} for r in results
-            ],
-            "rounds": [asdict(r) for r in round_rows],
-        }
-        args.json.write_text(json.dumps(body, indent=2) + "\n")
-    return 0 if all(r.errors == 0 for r in results) else 1
+    for database, fresh in _stores(args.postgres_url, tmp):
+        for backlog, rate in ((0, None), (0, args.rate), (args.backlog, None)):
+            results.append(
+                measure(
+                    database,
+                    fresh,
+                    policy=args.policy,
+                    clients=args.clients,
+                    jobs=jobs,
+                    backlog=backlog,
+                    rate=rate,
+                    repeats=repeats,
+                    data_dir=tmp,
+                )  # fmt: skip
+            )
+        with fresh() as url:
+            round_rows += round_times(
+                database, url, policy=args.policy, sizes=args.round_sizes, rounds=rounds
+            )
+    return results, round_rows
 
 
 if __name__ == "__main__":

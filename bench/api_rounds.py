@@ -72,8 +72,8 @@ def fill_store(sessions: sessionmaker[Session], *, tenant: str, jobs: int) -> in
 @contextmanager
 def _coordinator(sessions: sessionmaker[Session], policy: str) -> Iterator[Coordinator]:
     settings = Settings(policy=policy)
-    # No data plane: the tables stay plain dicts, as in the benchmark's service.
-    backend = InMemorySwitch(settings.aggregators, settings.lanes, datapath="python")
+    # No data plane, as in the benchmark's service.
+    backend = InMemorySwitch(settings.aggregators, settings.lanes)
     coord = Coordinator(
         sessions=sessions,
         backend=backend,

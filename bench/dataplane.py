@@ -1,47 +1,40 @@
-"""Data-plane throughput of the soft switch against UDP echo servers on the same loopback.
+"""Data-plane throughput of the soft switch, against a compiled GSO/GRO echo of the same I/O.
 
-    python -m bench.dataplane [--quick] [--repeats 3] [--json FILE] [--profile]
-                              [--lanes 64,256] [--senders 2,4,8]
+    python -m bench.dataplane [--quick] [--repeats 3] [--json FILE]
+                              [--lanes 64,256,1024] [--senders 2,4,8]
 
-For k in (64, 256) and 2, 4, 8 sending processes, the soft switch (bursts in with
-``recvmmsg`` and UDP GRO, the packet pass, bursts out with ``sendmmsg`` and UDP GSO) against
-an echo with the same I/O and no packet pass (the loopback's limit for a burst server). The
-workload is SwitchML's flow: one static job of fan-in n, each sender keeping W fragments
-outstanding, one result multicast per slot, so every fragment in gets one datagram out on
-average, as with an echo. A figure is all senders' fragments over the wall time; beside it the
-server's CPU microseconds per fragment (``/proc``), since the senders take a core too. Every
-case runs `--repeats` times, interleaved; the table shows the median and the spread. Also the
-packet pass alone on one core, no sockets (`Pipeline.handle_burst`). ``--json`` writes
-``{"records": [...], "pipeline_fps": [...]}``. Figures: ``docs/performance.md``.
+For each k and count of sending processes on loopback: the soft switch (bursts in and out, the
+C packet pass) and `p4ctl.engine.Burst` echoing every datagram (the loopback's limit for a
+burst server). The workload is one static job of fan-in n, W fragments in flight per sender,
+one result multicast per slot. A figure is all senders' fragments over the wall time; ``us/fr``
+is the server's CPU per fragment (``/proc``). Each case runs `--repeats` times, peers
+interleaved: median and [min-max]. A run that lost datagrams counts in the ``lost`` columns
+and not in the median; the table goes on. The packet pass alone (`Pipeline.handle_burst`)
+closes the run. ``--json`` writes ``{"records", "pipeline_fps"}``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import cProfile
-import io
 import json
 import logging
 import math
 import os
-import pstats
 import statistics
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import numpy.typing as npt
 from p4ctl.backend import Endpoint, InMemorySwitch, JobInstall
 from p4ctl.dataplane import BURST_SLOTS
-from p4ctl.engine import DATAPATH_ENV, pack_address
+from p4ctl.engine import pack_address
 from p4ctl.protocol import Policy
 
 from bench.dataplane_peers import (
     AGGREGATORS,
     JOB,
-    PEERS,
+    Delivery,
     Peer,
     Senders,
     Served,
@@ -50,7 +43,7 @@ from bench.dataplane_peers import (
     stamp,
 )
 
-__all__ = ["Record", "datapath_env", "main", "measure_case", "pass_fps"]
+__all__ = ["Load", "Record", "main", "measure_case", "pass_fps"]
 
 log = logging.getLogger(__name__)
 
@@ -61,34 +54,32 @@ LANES = (64, 256, 1024)  # k=1,024: the widest the soft switch takes (loopback)
 QUICK_DIVISOR = 8
 # The pass alone: a burst of BURST_SLOTS rows is 256 seqs of 4 workers, one seq per slot.
 PASS_WINDOW = 256
+PASS_FRAGMENTS = 400_000
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
 class Load:
-    """What the senders send to one data path's peers in one run."""
+    """What the senders send to each peer in one run."""
 
     fragments: int  # all senders together
     window: int  # in flight per sender; the switch holds a static partition of 2 x window
 
 
-# The compiled peers do hundreds of thousands of fragments per second, the Python ones tens of
-# thousands: each run lasts about a second either way. Windows: a burst server needs bursts to
-# take (window 256 held the engine switch to ~450,000 fragments/s at k=256, 512 gives ~600,000),
-# and every window must fit the receive buffers (8 MiB): 8 x 512 x 1 KiB GRO-merged reaches
-# the engine switch, but a Python peer's socket holds segmented datagrams at ~2 KiB each, and
-# 4 x 1,024 of them overflowed it.
-LOADS = {"engine": Load(400_000, 512), "python": Load(32_000, 128)}
+# Hundreds of thousands of fragments per second: a run lasts about a second. A burst server
+# needs bursts to take (window 256 held the switch to ~450,000 fragments/s at k=256, 512 gives
+# ~600,000), and every window must fit the receive buffers (8 MiB): 8 x 512 x 1 KiB
+# GRO-merged reaches the switch.
+LOAD = Load(400_000, 512)
 
 
 @dataclass(frozen=True)
 class Record:
     lanes: int
     senders: int
-    datapath: str
-    agg_fps: float  # median over repetitions
+    agg_fps: float  # median over the repetitions that lost nothing
     echo_fps: float
-    agg_runs: list[float]
+    agg_runs: list[float]  # NaN: a repetition that lost datagrams
     echo_runs: list[float]
     agg_mbps: float  # gradient payload, 4 bytes per lane
     echo_mbps: float
@@ -97,6 +88,11 @@ class Record:
     # would carry, whatever the senders and other work took of the two cores.
     agg_cpu_us: float
     echo_cpu_us: float
+    # Datagrams sent, and sent but not back when the run ended, over every repetition.
+    agg_sent: int
+    agg_lost: int
+    echo_sent: int
+    echo_lost: int
     fragments: int  # per run, all senders
     window: int  # per sender
 
@@ -112,24 +108,30 @@ def process_cpu_s(pid: int) -> float:
 
 
 def _run_peer(
-    peer: Peer, served: Served, senders: Senders, n: int, lanes: int, window: int, count: int
-) -> tuple[float, float]:
-    """One run against `peer`: ``(fragments/s, the peer's CPU microseconds per fragment)``
-    (its whole process: a switch's gRPC threads are idle meanwhile); NaNs (logged) when
-    datagrams were lost and senders stalled."""
+    peer: Peer, served: Served, senders: Senders, n: int, lanes: int, load: Load
+) -> tuple[Delivery, float]:
+    """One run against `peer`: what the senders got through, and the peer's CPU microseconds
+    per fragment (its whole process: a switch's gRPC threads are idle meanwhile)."""
     control = served.control
+    count = max(load.window, load.fragments // n)
     if control is not None:
-        control.install_job(JobInstall(JOB, Policy.STATIC, n, 0, window, ps=NO_PS))
+        control.install_job(JobInstall(JOB, Policy.STATIC, n, 0, load.window, ps=NO_PS))
         for worker, (host, port) in enumerate(senders.addresses[:n]):
             control.add_worker(JOB, worker, Endpoint(host, port))
     try:
         cpu = process_cpu_s(served.pid)
-        fps = senders.run(n, lanes, window, count, served.data)
-        return fps, 1e6 * (process_cpu_s(served.pid) - cpu) / (n * count)
-    except RuntimeError as exc:
-        counters = control.counters() if control else None
-        log.warning("%s, k=%d, %d senders: %s (switch: %s)", peer.label, lanes, n, exc, counters)
-        return float("nan"), float("nan")
+        delivery = senders.run(n, lanes, load.window, count, served.data)
+        spent = process_cpu_s(served.pid) - cpu
+        # Per fragment sent: a sender that stopped on a loss sent fewer than `count`.
+        us = 1e6 * spent / delivery.sent if delivery.sent else math.nan
+        if delivery.errors:
+            counters = control.counters() if control else None
+            log.warning(
+                "%s, k=%d, %d senders: %d of %d datagrams lost: %s (switch: %s)",
+                peer.label, lanes, n, delivery.lost, delivery.sent,
+                "; ".join(delivery.errors), counters,
+            )  # fmt: skip
+        return delivery, us
     finally:
         if control is not None:
             control.remove_job(JOB)
@@ -141,45 +143,41 @@ def measure_case(
     servers: dict[Peer, Served],
     senders: Senders,
     *,
-    loads: dict[str, Load],
+    load: Load,
     repeats: int,
-) -> list[Record]:
-    """Both data paths' records for `n` senders at `lanes` lanes, `loads` by data path, the
-    peers interleaved in every repetition."""
-    per_sender = {dp: max(load.window, load.fragments // n) for dp, load in loads.items()}
-    runs: dict[Peer, list[float]] = {peer: [] for peer in PEERS}
-    cpu: dict[Peer, list[float]] = {peer: [] for peer in PEERS}
+) -> Record:
+    """The record of `n` senders at `lanes` lanes against the switch and the echo in
+    `servers`, the peers interleaved in every repetition."""
+    runs: dict[Peer, list[Delivery]] = {peer: [] for peer in servers}
+    cpu: dict[Peer, list[float]] = {peer: [] for peer in servers}
     for _ in range(repeats):
-        for peer in PEERS:
-            count, window = per_sender[peer.datapath], loads[peer.datapath].window
-            fps, us = _run_peer(peer, servers[peer], senders, n, lanes, window, count)
-            runs[peer].append(fps)
+        for peer, served in servers.items():
+            delivery, us = _run_peer(peer, served, senders, n, lanes, load)
+            runs[peer].append(delivery)
             cpu[peer].append(us)
-    records = []
+    agg_peer, echo_peer = (next(p for p in servers if p.role == role) for role in ("agg", "echo"))
+    agg, echo = runs[agg_peer], runs[echo_peer]
+    agg_fps, echo_fps = _median([d.fps for d in agg]), _median([d.fps for d in echo])
     mb = 4 * lanes / 1e6
-    for datapath in ("engine", "python"):
-        agg_peer, echo_peer = (p for p in PEERS if p.datapath == datapath)
-        agg, echo = runs[agg_peer], runs[echo_peer]
-        agg_fps, echo_fps = _median(agg), _median(echo)
-        records.append(
-            Record(
-                lanes=lanes,
-                senders=n,
-                datapath=datapath,
-                agg_fps=agg_fps,
-                echo_fps=echo_fps,
-                agg_runs=agg,
-                echo_runs=echo,
-                agg_mbps=agg_fps * mb,
-                echo_mbps=echo_fps * mb,
-                ratio=echo_fps / agg_fps,
-                agg_cpu_us=_median(cpu[agg_peer]),
-                echo_cpu_us=_median(cpu[echo_peer]),
-                fragments=per_sender[datapath] * n,
-                window=loads[datapath].window,
-            )
-        )
-    return records
+    return Record(
+        lanes=lanes,
+        senders=n,
+        agg_fps=agg_fps,
+        echo_fps=echo_fps,
+        agg_runs=[d.fps for d in agg],
+        echo_runs=[d.fps for d in echo],
+        agg_mbps=agg_fps * mb,
+        echo_mbps=echo_fps * mb,
+        ratio=echo_fps / agg_fps,
+        agg_cpu_us=_median(cpu[agg_peer]),
+        echo_cpu_us=_median(cpu[echo_peer]),
+        agg_sent=sum(d.sent for d in agg),
+        agg_lost=sum(d.lost for d in agg),
+        echo_sent=sum(d.sent for d in echo),
+        echo_lost=sum(d.lost for d in echo),
+        fragments=max(load.window, load.fragments // n) * n,
+        window=load.window,
+    )
 
 
 def _median(values: list[float]) -> float:
@@ -190,61 +188,22 @@ def _median(values: list[float]) -> float:
 # ------------------------------------------------------------------ the pass alone
 
 
-@contextlib.contextmanager
-def datapath_env(datapath: str) -> Iterator[None]:
-    """``INASCHED_DATAPATH=datapath`` inside the block: a `Pipeline` built there and every
-    process started there (``bench.allreduce``, ``bench.emu_cpu``) take that data path."""
-    before = os.environ.get(DATAPATH_ENV)
-    os.environ[DATAPATH_ENV] = datapath
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[DATAPATH_ENV]
-        else:
-            os.environ[DATAPATH_ENV] = before
-
-
-def pass_fps(lanes: int, datapath: str, count: int, profile: bool = False) -> tuple[float, str]:
-    """Fragments per second of the packet pass alone (one core, no sockets), and the cProfile
-    text of the Python pass when `profile`. A static job of fan-in 4; the engine takes bursts
-    of `BURST_SLOTS` rows (W seqs x 4 workers), the Python pass one datagram at a time."""
+def pass_fps(lanes: int, count: int) -> float:
+    """Fragments per second of the packet pass alone (one core, no sockets): a static job of
+    fan-in 4, bursts of `BURST_SLOTS` rows (W seqs x 4 workers) stamped outside the timed
+    part, through `Pipeline.handle_burst`."""
     senders = 4
-    with datapath_env(datapath):
-        switch = InMemorySwitch(aggregators=AGGREGATORS, lanes=lanes)
+    switch = InMemorySwitch(aggregators=AGGREGATORS, lanes=lanes)
     switch.install_job(JobInstall(JOB, Policy.STATIC, senders, 0, PASS_WINDOW, ps=NO_PS))
     sources = [("127.0.0.1", 20000 + w) for w in range(senders)]
     for worker, (host, port) in enumerate(sources):
         switch.add_worker(JOB, worker, Endpoint(host, port))
     templates = [fragment_rows(w, senders, lanes, PASS_WINDOW) for w in range(senders)]
     seqs_per_burst = BURST_SLOTS // senders
-    bursts = -(-count // BURST_SLOTS)
-    if datapath == "engine":
-        return _engine_pass_fps(switch, templates, sources, seqs_per_burst, bursts), ""
-    order = []
-    for seq in range(bursts * seqs_per_burst):
-        for worker, rows in enumerate(templates):
-            stamp(rows, seq, 1)
-            order.append((rows[seq % len(rows)].tobytes(), sources[worker]))
-    handle = switch.pipeline.handle
-    profiler = cProfile.Profile() if profile else None
-    began = time.perf_counter()
-    if profiler:
-        profiler.enable()
-    for data, source in order:
-        handle(data, source)
-    if profiler:
-        profiler.disable()
-    fps = len(order) / (time.perf_counter() - began)
-    text = ""
-    if profiler:
-        out = io.StringIO()
-        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(12)
-        text = out.getvalue()
-    return fps, text
+    return _timed_bursts(switch, templates, sources, seqs_per_burst, -(-count // BURST_SLOTS))
 
 
-def _engine_pass_fps(
+def _timed_bursts(
     switch: InMemorySwitch,
     templates: list[npt.NDArray[np.uint8]],
     sources: list[tuple[str, int]],
@@ -274,11 +233,10 @@ def _engine_pass_fps(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--json", help="write the records here")
     parser.add_argument("--quick", action="store_true", help="a short run, one repetition")
     parser.add_argument("--repeats", type=int, default=3, help="runs per case (median, spread)")
-    parser.add_argument("--profile", action="store_true", help="cProfile of the Python pass")
     parser.add_argument("--lanes", default=",".join(map(str, LANES)), help="e.g. 64,256")
     parser.add_argument("--senders", default=",".join(map(str, SENDER_COUNTS)), help="e.g. 2,4,8")
     args = parser.parse_args(argv)
@@ -287,12 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     repeats = 1 if args.quick else args.repeats
     lanes_list = [int(x) for x in args.lanes.split(",") if x]
     sender_counts = [int(x) for x in args.senders.split(",") if x]
-    loads = {dp: Load(load.fragments // divisor, load.window) for dp, load in LOADS.items()}
-    for datapath, load in loads.items():
-        print(
-            f"{datapath} peers: {load.fragments:,} fragments per run, window {load.window} per "
-            f"sender; {repeats} repetition(s), median [min-max]"
-        )
+    load = Load(LOAD.fragments // divisor, LOAD.window)
+    print(
+        f"{load.fragments:,} fragments per run, window {load.window} per sender; "
+        f"{repeats} repetition(s), median [min-max]"
+    )
     print(_header())
     records: list[Record] = []
     senders = Senders(max(sender_counts))
@@ -300,26 +257,17 @@ def main(argv: list[str] | None = None) -> int:
         for lanes in lanes_list:
             with servers(lanes) as served:
                 for n in sender_counts:
-                    case = measure_case(
-                        lanes,
-                        n,
-                        served,
-                        senders,
-                        loads=loads,
-                        repeats=repeats,
+                    records.append(
+                        measure_case(lanes, n, served, senders, load=load, repeats=repeats)
                     )
-                    records += case
-                    print(_row(*case), flush=True)
+                    print(_row(records[-1]), flush=True)
     finally:
         senders.close()
     passes = []
     for lanes in lanes_list:
-        for datapath, count in (("engine", 400_000), ("python", 40_000)):
-            fps, text = pass_fps(lanes, datapath, count // divisor, args.profile)
-            passes.append({"lanes": lanes, "datapath": datapath, "fps": fps})
-            print(f"packet pass alone, k={lanes}, {datapath}: {fps:,.0f} fragments/s on one core")
-            if text:
-                print(text)
+        fps = pass_fps(lanes, PASS_FRAGMENTS // divisor)
+        passes.append({"lanes": lanes, "fps": fps})
+        print(f"packet pass alone, k={lanes}: {fps:,.0f} fragments/s on one core")
     if args.json:
         with open(args.json, "w") as out:
             json.dump(
@@ -330,23 +278,25 @@ def main(argv: list[str] | None = None) -> int:
 
 def _header() -> str:
     return (
-        f"{'k':>4} {'snd':>3} | {'engine switch fps [min-max]':>31} {'us/fr':>5} "
+        f"{'k':>4} {'snd':>3} | {'switch fps [min-max]':>31} {'us/fr':>5} "
         f"{'GSO/GRO echo fps [min-max]':>31} {'us/fr':>5} {'echo/sw':>7} {'MB/s':>5} | "
-        f"{'py switch':>9} {'py echo':>8} | {'eng/py':>6}"
+        f"{'lost (switch, echo)':>23}"
     )
 
 
-def _row(engine: Record, python: Record) -> str:
+def _row(r: Record) -> str:
     def spread(median: float, runs: list[float]) -> str:
-        kept = [r for r in runs if not math.isnan(r)] or [math.nan]
+        kept = [x for x in runs if not math.isnan(x)] or [math.nan]
         return f"{median:>9,.0f} [{min(kept):>9,.0f}-{max(kept):>9,.0f}]"
 
+    def lost(count: int, sent: int) -> str:
+        return f"{count:,}/{sent:,}" if count else "0"
+
     return (
-        f"{engine.lanes:>4} {engine.senders:>3} | {spread(engine.agg_fps, engine.agg_runs)} "
-        f"{engine.agg_cpu_us:>5.2f} {spread(engine.echo_fps, engine.echo_runs)} "
-        f"{engine.echo_cpu_us:>5.2f} {engine.ratio:>7.2f} {engine.agg_mbps:>5.0f} | "
-        f"{python.agg_fps:>9,.0f} {python.echo_fps:>8,.0f} | "
-        f"{engine.agg_fps / python.agg_fps:>6.1f}"
+        f"{r.lanes:>4} {r.senders:>3} | {spread(r.agg_fps, r.agg_runs)} "
+        f"{r.agg_cpu_us:>5.2f} {spread(r.echo_fps, r.echo_runs)} "
+        f"{r.echo_cpu_us:>5.2f} {r.ratio:>7.2f} {r.agg_mbps:>5.0f} | "
+        f"{lost(r.agg_lost, r.agg_sent):>11}, {lost(r.echo_lost, r.echo_sent):>11}"
     )
 
 

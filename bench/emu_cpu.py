@@ -1,17 +1,18 @@
-"""Where the loopback emulation's CPU goes, per policy and data path: the service's threads.
+"""Where the loopback emulation's CPU goes, per policy: the service's threads.
 
-    python -m bench.emu_cpu [--policies static,esa,atp] [--datapath engine,python]
-                            [--grad-bytes 65536] [--iterations 40] [--json FILE]
+    python -m bench.emu_cpu [--policies static,esa,atp] [--grad-bytes 65536]
+                            [--iterations 40] [--json FILE]
 
 The `--emu` back-end runs the service, its soft switch (thread ``p4ctl-dataplane``) and its PS
-(thread ``inasched-ps``) in one Python process; workers are processes of their own. For each
-policy this runs `CPU_PROBE_JOBS` probe jobs of two workers with no compute, for 2 and for 2 +
-`--iterations` iterations, reads each thread's CPU time from ``/proc/self/task/TID/stat`` and
-the workers' from ``getrusage``, and prints the difference per worker fragment (a job's fixed
-cost cancels out), with each policy's switch + PS time over static's. ``--json`` writes
-``{"rows": [{"policy", "datapath", "switch", "ps", "service", "workers"}]}`` (microseconds
-per fragment). Linux only; a short run can read 0 (10 ms clock ticks) for a role.
-Figures: ``docs/validation.md``.
+(thread ``inasched-ps``) in one Python process, so they share one interpreter lock; workers are
+processes of their own. For each policy this runs `CPU_PROBE_JOBS` (2) probe jobs of two
+workers with no compute (`bench.jct.validate.probe.probe_jobs`), for 2 and for 2 + `--iterations`
+iterations, reads each thread's CPU time from ``/proc/self/task/TID/stat`` and the workers'
+from ``getrusage(RUSAGE_CHILDREN)``, and prints the difference per fragment (one worker's
+fragment of one iteration: the fixed cost of a job, its join and set-up, cancels out), with
+the ratio of its switch + PS time to static's. ``--json`` writes ``{"rows": [{"policy",
+"switch", "ps", "service", "workers"}]}`` (microseconds per fragment). Linux only
+(``/proc``); a short run can read 0 (10 ms clock ticks) or less than 0 for a role.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from bench.dataplane import datapath_env
 from bench.jct.emu import emu_runner
 from bench.jct.params import BenchParams
 from bench.jct.validate.probe import FRAGMENT_BYTES, PROBE_WORKERS, probe_jobs
@@ -38,7 +38,6 @@ CPU_PROBE_JOBS = 2
 __all__ = ["main", "measure", "thread_cpu"]
 
 ROLES = ("switch", "ps", "service", "workers")
-DATAPATHS = ("engine", "python")
 
 _TICK = os.sysconf("SC_CLK_TCK")
 # Threads reported by name; the rest (uvicorn, REST handlers, the scheduler's loops, gRPC) are
@@ -105,51 +104,33 @@ def measure(policy: str, grad_bytes: int, iterations: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.emu_cpu", description=__doc__)
     p.add_argument("--policies", default="static,esa,atp")
-    p.add_argument("--datapath", default="engine,python", help="data paths, comma-separated")
     p.add_argument("--grad-bytes", type=int, default=65536)
     p.add_argument("--iterations", type=int, default=40)
     p.add_argument("--json", type=Path, help="write the rows here")
     args = p.parse_args(argv)
     policies = [x for x in args.policies.split(",") if x]
-    datapaths = [x for x in args.datapath.split(",") if x]
-    unknown = set(datapaths) - set(DATAPATHS)
-    if unknown:
-        p.error(f"unknown data path(s) {sorted(unknown)}: expected {', '.join(DATAPATHS)}")
-    rows: dict[tuple[str, str], dict[str, float]] = {}
-    for pol in policies:
-        for datapath in datapaths:
-            # The service's switch and PS threads and the worker processes all read it.
-            with datapath_env(datapath):
-                rows[(pol, datapath)] = measure(pol, args.grad_bytes, args.iterations)
+    rows = {pol: measure(pol, args.grad_bytes, args.iterations) for pol in policies}
     print(_table(rows))
     if args.json:
-        document = [{"policy": pol, "datapath": dp, **r} for (pol, dp), r in rows.items()]
+        document = [{"policy": pol, **r} for pol, r in rows.items()]
         args.json.write_text(json.dumps({"rows": document}, indent=2))
 
 
-def _table(rows: dict[tuple[str, str], dict[str, float]]) -> str:
-    """Per policy and data path, then python / engine per role where both ran."""
+def _table(rows: dict[str, dict[str, float]]) -> str:
+    """Per policy, and its switch + PS time over static's where static ran."""
     lines = [
         "CPU per worker fragment (us)",
-        f"{'policy':>7} {'datapath':>8} {'switch':>8} {'ps':>8} {'service':>8} {'workers':>8} "
-        f"{'sw+ps/static':>13}",
+        f"{'policy':>7} {'switch':>8} {'ps':>8} {'service':>8} {'workers':>8} {'sw+ps/static':>13}",
     ]
-    for pol in dict.fromkeys(pol for pol, _ in rows):
-        for dp in DATAPATHS:
-            r, base = rows.get((pol, dp)), rows.get(("static", dp))
-            if r is None:
-                continue
-            # CPU is read in 10 ms clock ticks: a short run may show none at all.
-            denominator = base["switch"] + base["ps"] if base else 0.0
-            ratio = (r["switch"] + r["ps"]) / denominator if denominator > 0 else math.nan
-            lines.append(
-                f"{pol:>7} {dp:>8} {r['switch']:8.1f} {r['ps']:8.1f} {r['service']:8.1f} "
-                f"{r['workers']:8.1f} {ratio:13.2f}"
-            )
-        engine, python = rows.get((pol, "engine")), rows.get((pol, "python"))
-        if engine and python:
-            ratios = [python[k] / engine[k] if engine[k] > 0 else math.nan for k in ROLES]
-            lines.append(f"{pol:>7} {'py/eng':>8} " + " ".join(f"{x:8.2f}" for x in ratios))
+    base = rows.get("static")
+    # CPU is read in 10 ms clock ticks: a short run may show none at all.
+    denominator = base["switch"] + base["ps"] if base else 0.0
+    for pol, r in rows.items():
+        ratio = (r["switch"] + r["ps"]) / denominator if denominator > 0 else math.nan
+        lines.append(
+            f"{pol:>7} {r['switch']:8.1f} {r['ps']:8.1f} {r['service']:8.1f} "
+            f"{r['workers']:8.1f} {ratio:13.2f}"
+        )
     return "\n".join(lines)
 
 

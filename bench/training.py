@@ -77,7 +77,7 @@ def _train(args: argparse.Namespace) -> None:
     dist.init_process_group("gloo" if args.rank_mode == "gloo" else "inasched")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(args.seed)
-    x_train, y_train, x_test, y_test = _digits(args.seed)
+    digits = _digits(args.seed)
     model = nn.Sequential(
         nn.Linear(64, HIDDEN),
         nn.ReLU(),
@@ -89,34 +89,8 @@ def _train(args: argparse.Namespace) -> None:
     pg: Any = dist.group.WORLD
     if args.rank_mode in ("sync", "async"):
         register(ddp, pg.client, overlap=args.rank_mode == "async")
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
-    share = GLOBAL_BATCH // world
-    order = torch.Generator().manual_seed(args.seed + 1)
-    losses: list[float] = []
-    accuracy: list[tuple[int, float]] = []
-    step_s: list[float] = []
-    batch_start, permutation = len(y_train), torch.empty(0, dtype=torch.int64)
-
-    def evaluate() -> float:
-        with torch.no_grad():
-            predicted = model(x_test).argmax(dim=1)
-        return float((predicted == y_test).float().mean()) * 100
-
-    for step in range(args.steps):
-        if batch_start + GLOBAL_BATCH > len(y_train):  # a new epoch, the same on every rank
-            permutation, batch_start = torch.randperm(len(y_train), generator=order), 0
-        batch = permutation[batch_start + rank * share : batch_start + (rank + 1) * share]
-        batch_start += GLOBAL_BATCH
-        began = time.perf_counter()
-        optimizer.zero_grad()
-        loss = nn.functional.cross_entropy(ddp(x_train[batch]), y_train[batch])
-        loss.backward()  # type: ignore[no-untyped-call]
-        optimizer.step()
-        step_s.append(time.perf_counter() - began)
-        losses.append(loss.item())
-        if rank == 0 and (step + 1) % EVAL_EVERY == 0:
-            accuracy.append((step + 1, evaluate()))
-    final_accuracy = evaluate()
+    losses, accuracy, step_s = _steps(args, model, ddp, digits, rank, world)
+    final_accuracy = _accuracy(model, digits[2], digits[3])
     if args.rank_mode != "gloo":
         pg.report_progress(args.steps)
     if rank == 0:
@@ -136,6 +110,53 @@ def _train(args: argparse.Namespace) -> None:
         }
         Path(args.out).write_text(json.dumps(run))
     dist.destroy_process_group()
+
+
+def _steps(
+    args: argparse.Namespace,
+    model: Any,
+    ddp: Any,
+    digits: tuple[Any, Any, Any, Any],
+    rank: int,
+    world: int,
+) -> tuple[list[float], list[tuple[int, float]], list[float]]:
+    """`args.steps` SGD steps of `ddp` on this rank's share of each global batch: the loss of
+    each, the test accuracy every `EVAL_EVERY` steps (rank 0), and each step's seconds."""
+    import torch
+    from torch import nn
+
+    x_train, y_train, x_test, y_test = digits
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    share = GLOBAL_BATCH // world
+    order = torch.Generator().manual_seed(args.seed + 1)
+    losses: list[float] = []
+    accuracy: list[tuple[int, float]] = []
+    step_s: list[float] = []
+    batch_start, permutation = len(y_train), torch.empty(0, dtype=torch.int64)
+    for step in range(args.steps):
+        if batch_start + GLOBAL_BATCH > len(y_train):  # a new epoch, the same on every rank
+            permutation, batch_start = torch.randperm(len(y_train), generator=order), 0
+        batch = permutation[batch_start + rank * share : batch_start + (rank + 1) * share]
+        batch_start += GLOBAL_BATCH
+        began = time.perf_counter()
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(ddp(x_train[batch]), y_train[batch])
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+        step_s.append(time.perf_counter() - began)
+        losses.append(loss.item())
+        if rank == 0 and (step + 1) % EVAL_EVERY == 0:
+            accuracy.append((step + 1, _accuracy(model, x_test, y_test)))
+    return losses, accuracy, step_s
+
+
+def _accuracy(model: Any, x: Any, y: Any) -> float:
+    """Percent of `x` that `model` classifies as `y`."""
+    import torch
+
+    with torch.no_grad():
+        predicted = model(x).argmax(dim=1)
+    return float((predicted == y).float().mean()) * 100
 
 
 # ------------------------------------------------------------------ the driver

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from scheduler.config import SimConfig
 from scheduler.memory import COPIES_PER_SLOT, partition_slots
@@ -157,13 +158,414 @@ def _switch_cap(pps: float, duty: Vec, demand: Vec, packets: Vec, per_frag: Vec)
     return share / per_frag
 
 
-def _rates(x: Vec, q: Vec, a: Vec, w: int, fs: float, cap: Vec) -> Vec:
-    """Fragments per second of each worker whose PS-bound fragments wait `x` at the PS.
+def _rates(wait: Vec, ps_share: Vec, slot_base: Vec, w: int, fragment_s: float, cap: Vec) -> Vec:
+    """Fragments per second of each worker whose PS-bound fragments wait `wait` at the PS.
 
-    A job's window binds whether or not its fragments visit the PS (`q`); its link, or its
-    share of the switch (`cap`, see `_switch_cap`), may bind first."""
-    windowed = w / (a + q * x)
-    return np.minimum(np.minimum(1 / fs, windowed), cap)
+    A job's window binds whether or not its fragments visit the PS (`ps_share`); its link, or
+    its share of the switch (`cap`, see `_switch_cap`), may bind first."""
+    windowed = w / (slot_base + ps_share * wait)
+    return np.minimum(np.minimum(1 / fragment_s, windowed), cap)
+
+
+@dataclass(frozen=True, slots=True)
+class _Contenders:
+    """The jobs holding shared memory, as arrays in job order, and their PS processes."""
+
+    ids: list[int]
+    workers: Vec
+    frags: Vec
+    iter_s: Vec
+    #: First to last worker's start: how far a fragment's contributions spread.
+    skew: Vec
+    #: When the last worker starts (`_last_start`).
+    last: Vec
+    #: Each job's PS process, numbered 0 .. servers-1 in order of first use.
+    server: npt.NDArray[np.intp]
+    servers: int
+    #: A process per job, numbered in job order.
+    own: bool
+    jobs_per_server: Vec
+    #: Priority level (all 0 where the policy does not preempt).
+    level: npt.NDArray[np.intp]
+    #: Length of the per-level sums: the highest level + 2 (`_above` reads one level past it).
+    top: int
+
+    @property
+    def count(self) -> int:
+        return len(self.ids)
+
+
+def _contenders(cfg: SimConfig, jobs: Sequence[FlowJob], preempt: bool) -> _Contenders:
+    ids = [j.job_id for j in jobs]
+    n = np.array([j.workers for j in jobs], dtype=np.float64)
+    servers: dict[int, int] = {}
+    server = np.array([servers.setdefault(cfg.ps_of(i), len(servers)) for i in ids], dtype=np.intp)
+    level = np.array([j.priority if preempt else 0 for j in jobs], dtype=np.intp)
+    return _Contenders(
+        ids=ids,
+        workers=n,
+        frags=np.array([math.ceil(j.grad_bytes / cfg.payload_bytes) for j in jobs], np.float64),
+        iter_s=np.array([j.iter_time_s for j in jobs], dtype=np.float64),
+        skew=cfg.worker_skew_s * (n - 1) / (n + 1),
+        last=_last_start(cfg, n),
+        server=server,
+        servers=len(servers),
+        own=len(servers) == len(ids),
+        jobs_per_server=sum_by(server, None, len(servers)),
+        level=level,
+        top=int(level.max()) + 2,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Damping:
+    """A damped quantity's per-element step sizes (`_adapt`) and the last pull on it."""
+
+    step: Vec
+    pull: Vec
+
+
+@dataclass(frozen=True, slots=True)
+class _Iterate:
+    """What one round of `comm_rates`' iteration hands the next.
+
+    `bypass`, `evict`, `split`: shares of fragments that bypass, are evicted, are split;
+    `wait`: the PS wait of a PS-bound fragment, `open_wait` its open-queue (Cobham) part,
+    which `solve_wait` solves for (None before any round, without a warm start);
+    `switch_cap`, `ps_cap`: a worker's fragment rate allowed by its share of the switch and
+    by its own PS process (inf: not known yet); the loss shares (bypass then evict) and
+    `ps_cap` are damped."""
+
+    bypass: Vec
+    evict: Vec
+    split: Vec
+    wait: Vec
+    open_wait: Vec | None
+    share_damping: _Damping
+    switch_cap: Vec
+    ps_cap: Vec
+    ps_cap_damping: _Damping
+
+
+def _first_iterate(jobs: _Contenders, start: Mapping[int, CommRate] | None) -> _Iterate:
+    """Zero losses and waits, or, for the jobs found in `start`, its shares and waits."""
+    seen = [start.get(i) for i in jobs.ids] if start else [None] * jobs.count
+    wait = np.array([r.ps_wait_s if r else 0.0 for r in seen])
+    unknown = np.full(jobs.count, np.inf)
+    return _Iterate(
+        bypass=np.array([r.bypass if r else 0.0 for r in seen]),
+        evict=np.array([r.evict if r else 0.0 for r in seen]),
+        split=np.zeros(jobs.count),
+        wait=wait,
+        open_wait=wait if start is not None else None,
+        share_damping=_Damping(np.ones(2 * jobs.count), np.zeros(2 * jobs.count)),
+        switch_cap=unknown,
+        ps_cap=unknown,
+        ps_cap_damping=_Damping(np.ones(jobs.count), np.zeros(jobs.count)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _PsTraffic:
+    """Per fragment, what the loss shares send to the PS and how long a slot is held.
+
+    `ps_share`: share of a fragment's slot that waits for the PS (every fragment under atp);
+    `slot_base`: the slot without PS queueing; `critical`, `copies`: critical and copy
+    packets sent to the PS; `unsplit_base`, `unsplit_share`: the slot's terms without the
+    split fragments' extra round trips."""
+
+    ps_share: Vec
+    slot_base: Vec
+    critical: Vec
+    copies: Vec
+    unsplit_base: Vec
+    unsplit_share: Vec
+
+
+def _ps_traffic(cfg: SimConfig, release: bool, jobs: _Contenders, it: _Iterate) -> _PsTraffic:
+    n, bypass, evict, split = jobs.workers, it.bypass, it.evict, it.split
+    lost = bypass + evict
+    q = lost if release else np.ones_like(lost)
+    critical = bypass * n + evict * (n + 1) / 2 + (0.0 if release else 1.0 - lost) + split * n
+    copies = 1.0 - lost if release else np.zeros_like(lost)
+    # A fragment whose contributions reach the PS (bypassed: n; evicted: its held sum and
+    # the (n-1)/2 still to come) has its result when the PS has served the last of them.
+    batch = (bypass * (n - 1) + evict * (n - 1) / 2) * cfg.ps_fragment_s
+    # A split fragment waits about two smoothed round trips for its workers' fast
+    # retransmit, then one PS trip: its slot is three, the PS part counted once more.
+    base = cfg.rtt_s + q * cfg.ps_detour_s + batch
+    return _PsTraffic(
+        ps_share=q * (1 + 2 * split) + split,
+        slot_base=base * (1 + 2 * split) + split * cfg.ps_detour_s,
+        critical=critical,
+        copies=copies,
+        unsplit_base=base,
+        unsplit_share=q,
+    )
+
+
+def _own_ps_cap(
+    cfg: SimConfig, release: bool, jobs: _Contenders, traffic: _PsTraffic, it: _Iterate
+) -> tuple[Vec, _Damping, float]:
+    """The fragment rate a job's own PS process allows (at most one critical packet per
+    `SimConfig.ps_fragment_s`; inf under early release or on shared processes), damped like
+    the loss shares, and how far it moved: near the knee the cap and the shares pull on each
+    other, and undamped they settle into a cycle."""
+    c, count = traffic.critical, jobs.count
+    target = (
+        np.divide(1.0, cfg.ps_fragment_s * c, out=np.full(count, np.inf), where=c > 0)
+        if jobs.own and not release
+        else np.full(count, np.inf)
+    )
+    before = it.ps_cap
+    both = np.isfinite(target) & np.isfinite(before)
+    gap = np.subtract(target, before, out=np.zeros(count), where=both)
+    moved = np.abs(gap) / np.where(both, target, 1.0)
+    step = _adapt(it.ps_cap_damping.step, gap, it.ps_cap_damping.pull)
+    value = np.where(np.isinf(before) | np.isinf(target), target, before + step * gap)
+    return value, _Damping(step, gap), float(np.max(moved, initial=0.0))
+
+
+def _ps_wait(
+    cfg: SimConfig,
+    release: bool,
+    jobs: _Contenders,
+    traffic: _PsTraffic,
+    held_to: Vec,
+    guess: Vec | None,
+) -> Vec:
+    """The open-queue (Cobham) wait of each job's PS-bound fragments (`solve_wait`)."""
+    load = PsLoad(
+        traffic.ps_share, traffic.slot_base, traffic.critical, traffic.copies, jobs.frags,
+        jobs.iter_s + jobs.last, held_to, None if jobs.own else jobs.server, jobs.servers,
+        cfg.window, not release,
+    )  # fmt: skip
+    server_guess = (
+        None if guess is None else sum_by(jobs.server, guess, jobs.servers) / jobs.jobs_per_server
+    )
+    wait = solve_wait(cfg.ps_fragment_s, cfg.fragment_s, cfg.window, load, server_guess)
+    out: Vec = wait[jobs.server]
+    return out
+
+
+def _ps_overflow(cfg: SimConfig, traffic: _PsTraffic, wait: Vec, ps_cap: Vec) -> Vec:
+    """The wait a PS-bound fragment adds, held to its process's capacity: the job's window
+    fills the PS queue, what does not fit in a slot waits there, and its aggregators (atp)
+    wait with it."""
+    q, a, win, fs = traffic.ps_share, traffic.slot_base, cfg.window, cfg.fragment_s
+    at_ps = _rates(wait, q, a, win, fs, ps_cap)  # the PS's cap alone, not the switch's
+    # Without the cap its window is full (window-bound) or not (link-bound); with it, a
+    # window's worth takes longer still, and the difference waits at the PS.
+    uncapped = _rates(wait, q, a, win, fs, np.full(len(wait), np.inf))
+    overflow = np.maximum(0.0, win / at_ps - win / uncapped)
+    out: Vec = np.divide(overflow, q, out=np.zeros(len(wait)), where=q > 0)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Occupancy:
+    """How long each job's allreduce takes and what it holds meanwhile.
+
+    `t_comm`: allreduce seconds per iteration; `spread`: how long a fragment's contributions
+    take to all arrive; `claims`: fragments per second over the whole allreduce; `held`:
+    aggregators held while communicating, `held_complete` of them complete sums awaiting the
+    PS (atp); `duty`: the share of time the job communicates."""
+
+    t_comm: Vec
+    spread: Vec
+    claims: Vec
+    held: Vec
+    held_complete: Vec
+    duty: Vec
+
+
+def _occupancy(
+    cfg: SimConfig,
+    release: bool,
+    jobs: _Contenders,
+    it: _Iterate,
+    traffic: _PsTraffic,
+    rate: Vec,
+    wait: Vec,
+) -> _Occupancy:
+    n, frags, skew, win, rtt = jobs.workers, jobs.frags, jobs.skew, cfg.window, cfg.rtt_s
+    lost = it.bypass + it.evict
+    slot = traffic.slot_base + traffic.ps_share * wait
+    t = (
+        _stream_time(frags, rate, slot, cfg.fragment_s, win)
+        + jobs.last
+        + _tail(release, frags, win, it.bypass, lost, slot - rtt, (n - 1) * cfg.ps_fragment_s)
+    )
+    # How long a fragment's contributions take to all arrive: the workers' start skew
+    # for the first window of an iteration; after that the leading worker can be at
+    # most its window ahead, and when the window binds every worker sends its next
+    # fragment when the same multicast result arrives, so the spread closes.
+    steady = np.minimum(skew, np.maximum(0.0, win * cfg.fragment_s - slot))
+    spread = (np.minimum(frags, win) * skew + np.maximum(0.0, frags - win) * steady) / frags
+    hold = spread + (0.0 if release else cfg.ps_detour_s + wait)
+    # Fragments per second over the whole allreduce: `rate` is the streaming rate, but
+    # the allreduce also waits for its last worker and its last results, and sends
+    # nothing meanwhile.
+    thr = frags / t
+    # A split fragment's claim (see `_collisions`) holds its aggregator as a partial sum that
+    # cannot complete until the workers' fast retransmit flushes it, two smoothed round
+    # trips after the first send.
+    split_hold = 2 * (traffic.unsplit_base + traffic.unsplit_share * wait)
+    return _Occupancy(
+        t_comm=t,
+        spread=spread,
+        claims=thr,
+        held=thr * ((1 - lost) * hold + it.split * split_hold),
+        held_complete=thr * (1 - lost) * (hold - spread),
+        duty=t / (t + jobs.iter_s),
+    )
+
+
+def _switch_share(
+    cfg: SimConfig,
+    jobs: _Contenders,
+    traffic: _PsTraffic,
+    occ: _Occupancy,
+    rates: tuple[Vec, Vec],
+    before: Vec,
+) -> tuple[Vec, float]:
+    """Each worker's fragment rate at its share of a switch of `SimConfig.switch_pps`
+    (`_switch_cap`), halfway from `before`, and how far it moved (at most 1).
+
+    `rates`: its streaming rate, and the rate its own PS process alone allows."""
+    rate, free = rates
+    # Packets the switch's CPU handles per fragment: the n contributions in and the n
+    # results out, the PS result that re-enters the switch (one per PS-bound fragment), the
+    # packets sent to the PS (critical ones and esa's copies) and, when the PS runs on that
+    # CPU, its work on each of them at what a PS packet costs there.
+    per_frag = (
+        2 * jobs.workers
+        + traffic.ps_share
+        + (1 + cfg.ps_switch_cost) * (traffic.critical + traffic.copies)
+    )
+    cap = _switch_cap(cfg.switch_pps, occ.duty, free * per_frag, rate * per_frag, per_frag)
+    moved = np.where(np.isinf(before), np.inf, np.abs(cap - before) / cap)
+    halfway = np.where(np.isinf(before), cap, 0.5 * (before + cap))
+    return halfway, float(np.max(np.minimum(moved, 1.0)))
+
+
+@dataclass(frozen=True, slots=True)
+class _Collisions:
+    """What the occupancy implies: the shares of a job's fragments that bypass, are evicted
+    and are split, and the claim rates above each priority level (`_above`, one past the
+    top)."""
+
+    bypass: Vec
+    evict: Vec
+    split: Vec
+    claims_above: Vec
+
+
+def _collisions(
+    cfg: SimConfig, preempt: bool, jobs: _Contenders, lost: Vec, occ: _Occupancy
+) -> _Collisions:
+    level, top, n_agg, count = jobs.level, jobs.top, cfg.pool.aggregators, jobs.count
+    # Time-averaged aggregators held, and claim rates, by priority level (atp: all at 0).
+    held_at = sum_by(level, occ.duty * occ.held, top)
+    claims_at = sum_by(level, occ.duty * occ.claims * (1 - lost), top)
+    held_ge = np.append(np.cumsum(held_at[::-1])[::-1], 0.0)
+    claims_above = np.append(_above(claims_at), 0.0)
+    claims_ge = claims_above[:-1] + claims_at
+    # A job's own window never collides with itself (`p4ctl.rule.hashed_index` maps any
+    # `pool` consecutive fragments of a job to distinct aggregators): a new fragment lands
+    # on one of the aggregators the job does not hold, held by others in this share.
+    others = held_ge[level] - occ.duty * occ.held
+    b = np.minimum(0.95, others / np.maximum(n_agg - occ.held, 1.0))
+    e = (1 - b) * (1 - np.exp(-claims_above[level] * occ.spread / n_agg)) if preempt else 0.0 * b
+    # A split fragment: its first contribution collided, the holder let go before its last
+    # one arrived, so the rest claimed the aggregator and wait for a sum that cannot
+    # complete. Only the first window of an iteration spreads contributions (by the
+    # workers' start skew); the holder lets go within that spread with probability
+    # spread / (its mean hold), the hold's remainder being uniform.
+    mean_hold = np.divide(
+        held_ge[level], claims_ge[level], out=np.zeros(count), where=claims_ge[level] > 0
+    )
+    first = np.minimum(jobs.frags, cfg.window) / jobs.frags
+    let_go = np.minimum(
+        1.0, np.divide(jobs.skew, mean_hold, out=np.ones(count), where=mean_hold > 0)
+    )
+    return _Collisions(b, e, first * b * let_go, claims_above)
+
+
+def _damp_shares(it: _Iterate, target: _Collisions) -> tuple[Vec, Vec, _Damping, float]:
+    """The loss shares one damped (Mann) step towards `target`, their step sizes, and how far
+    they are from it.
+
+    A share's target hardly moves with the share itself, so a full step settles most in a few
+    rounds; near PS saturation the map overshoots so far that a fixed step settles into a
+    2-cycle, and a share whose pull reverses direction (an oscillation) has its step halved.
+    Settled by the pull, not the move: a halved step moves little while a share is still far
+    from its fixed point."""
+    pull = np.concatenate((target.bypass - it.bypass, target.evict - it.evict))
+    step = _adapt(it.share_damping.step, pull, it.share_damping.pull)
+    moved = step * pull
+    count = len(it.bypass)
+    far = float(np.max(np.abs(pull[:count]) + np.abs(pull[count:])))
+    return it.bypass + moved[:count], it.evict + moved[count:], _Damping(step, pull), far
+
+
+@dataclass(frozen=True, slots=True)
+class _Round:
+    """One round's answer: the occupancy and PS traffic at its shares, and the claim rates
+    above each level."""
+
+    occ: _Occupancy
+    traffic: _PsTraffic
+    claims_above: Vec
+
+
+def _round(
+    cfg: SimConfig, policy: Policy, jobs: _Contenders, it: _Iterate
+) -> tuple[_Iterate, _Round, float]:
+    """One round of the fixed-point iteration: the next iterate, this round's answer, and how
+    far from settled it is (below `_TOL`: settled)."""
+    release, preempt = policy.early_release, policy.preempts
+    win, fs = cfg.window, cfg.fragment_s
+    traffic = _ps_traffic(cfg, release, jobs, it)
+    q, a = traffic.ps_share, traffic.slot_base
+    ps_cap, ps_cap_damping, moved_ps = _own_ps_cap(cfg, release, jobs, traffic, it)
+    held_to = np.minimum(it.switch_cap, ps_cap)
+    open_wait = _ps_wait(cfg, release, jobs, traffic, held_to, it.open_wait)
+    rate = _rates(open_wait, q, a, win, fs, held_to)
+    wait = open_wait + _ps_overflow(cfg, traffic, open_wait, ps_cap)
+    # The wait has settled when its part of a fragment's slot (q x) has: near the PS's knee
+    # the wait itself is steep in the loss shares, where q is small and the slot is not.
+    delta = float(np.max(np.abs(q * (wait - it.wait)) / (a + q * wait)))
+    delta = max(delta, moved_ps)
+    occ = _occupancy(cfg, release, jobs, it, traffic, rate, wait)
+    switch_cap = it.switch_cap
+    if cfg.switch_pps > 0:
+        free = _rates(wait, q, a, win, fs, ps_cap)
+        switch_cap, moved_cap = _switch_share(cfg, jobs, traffic, occ, (rate, free), switch_cap)
+        delta = max(delta, moved_cap)
+    target = _collisions(cfg, preempt, jobs, it.bypass + it.evict, occ)
+    # The split share moves the slot too: the answer has settled only once it has.
+    delta = max(delta, float(np.max(np.abs(target.split - it.split))))
+    bypass, evict, shares, far = _damp_shares(it, target)
+    delta = max(delta, far)
+    after = _Iterate(
+        bypass, evict, target.split, wait, open_wait, shares, switch_cap, ps_cap, ps_cap_damping
+    )
+    return after, _Round(occ, traffic, target.claims_above), delta
+
+
+def _caused(preempt: bool, jobs: _Contenders, it: _Iterate, last: _Round) -> Vec:
+    """Evictions each job causes per second of its run: those the jobs below it suffer,
+    shared among the higher jobs by their claim rates."""
+    occ, level, top = last.occ, jobs.level, jobs.top
+    if not preempt:
+        return np.zeros(jobs.count)
+    suffered_at = sum_by(level, it.evict * jobs.frags / (occ.t_comm + jobs.iter_s), top + 1)
+    claims_above = last.claims_above
+    share = np.divide(suffered_at, claims_above, out=np.zeros(top + 1), where=claims_above > 0)
+    below = np.concatenate(([0.0], np.cumsum(share)))  # below[L]: levels < L
+    out: Vec = occ.duty * occ.claims * (1 - it.bypass - it.evict) * below[level]
+    return out
 
 
 def comm_rates(
@@ -177,7 +579,8 @@ def comm_rates(
     The model reads the policy's traits, never its name: a private partition per job when
     it is not `Policy.shared`; the aggregator freed at completion or after the PS round trip
     (`Policy.early_release`, esa's or atp's way above); priority levels and evictions only
-    when it `Policy.preempts`.
+    when it `Policy.preempts`. What the module doc says of esa holds for each trait
+    separately, so that each can be switched off on its own.
 
     `start` (optional) seeds the fixed-point iteration with an earlier answer, e.g. the
     previous set of contending jobs: jobs found there start from their bypass, eviction and
@@ -191,178 +594,19 @@ def comm_rates(
         return _static(cfg, jobs)
     if not jobs:
         return {}
-    # What the module doc says of esa holds for `release` (its early release) and for
-    # `preempt` (its evictions) separately, so that each can be switched off on its own.
-    release, preempt = policy.early_release, policy.preempts
-    fs, rtt, s, detour = cfg.fragment_s, cfg.rtt_s, cfg.ps_fragment_s, cfg.ps_detour_s
-    win, n_agg = cfg.window, cfg.pool.aggregators
-    ids = [j.job_id for j in jobs]
-    n = np.array([j.workers for j in jobs], dtype=np.float64)
-    frags = np.array([math.ceil(j.grad_bytes / cfg.payload_bytes) for j in jobs], np.float64)
-    iter_s = np.array([j.iter_time_s for j in jobs], dtype=np.float64)
-    skew = cfg.worker_skew_s * (n - 1) / (n + 1)  # first to last worker: a fragment's spread
-    last = _last_start(cfg, n)
-    servers: dict[int, int] = {}
-    server = np.array([servers.setdefault(cfg.ps_of(i), len(servers)) for i in ids], dtype=np.intp)
-    own = len(servers) == len(ids)  # a process per job, numbered in job order
-    by_server = None if own else server
-    per_server = sum_by(server, None, len(servers))
-    level = np.array([j.priority if preempt else 0 for j in jobs], dtype=np.intp)
-    top = int(level.max()) + 2
-    seen = [start.get(i) for i in ids] if start else [None] * len(ids)
-    bypass = np.array([r.bypass if r else 0.0 for r in seen])
-    evict = np.array([r.evict if r else 0.0 for r in seen])
-    wait = np.array([r.ps_wait_s if r else 0.0 for r in seen])
-    open_wait = wait  # the open-queue (Cobham) part of it, which `solve_wait` solves for
-    warm = start is not None
-    claims_above = np.zeros(top + 1)
-    # Damped (Mann) iteration on the loss shares, one step size per share (`_adapt`). A
-    # share's target hardly moves with the share itself, so a full step settles most in a few
-    # rounds; near PS saturation the map overshoots so far that a fixed step settles into a
-    # 2-cycle, and a share whose pull reverses direction (an oscillation) has its step halved.
-    step = np.ones(2 * len(jobs))
-    pull = np.zeros(2 * len(jobs))
-    cap = np.full(len(jobs), np.inf)
-    split = np.zeros(len(jobs))
-    ps_cap = np.full(len(jobs), np.inf)
-    ps_step, ps_gap = np.ones(len(jobs)), np.zeros(len(jobs))
-    for _ in range(_ROUNDS):
-        lost = bypass + evict
-        q = lost if release else np.ones_like(lost)
-        c = bypass * n + evict * (n + 1) / 2 + (0.0 if release else 1.0 - lost) + split * n
-        g = 1.0 - lost if release else np.zeros_like(lost)
-        # A fragment whose contributions reach the PS (bypassed: n; evicted: its held sum and
-        # the (n-1)/2 still to come) has its result when the PS has served the last of them.
-        batch = (bypass * (n - 1) + evict * (n - 1) / 2) * s
-        # A split fragment waits about two smoothed round trips for its workers' fast
-        # retransmit, then one PS trip: its slot is three, the PS part counted once more.
-        base_a, base_q = rtt + q * detour + batch, q
-        a = base_a * (1 + 2 * split) + split * detour
-        q = q * (1 + 2 * split) + split
-        # A process of its own serves a job's critical packets at most one per s.
-        new_ps_cap = (
-            np.divide(1.0, s * c, out=np.full(len(jobs), np.inf), where=c > 0)
-            if own and not release
-            else np.full(len(jobs), np.inf)
-        )
-        # Damped like the loss shares: near the knee the cap and the shares pull on each
-        # other, and undamped they settle into a cycle.
-        both = np.isfinite(new_ps_cap) & np.isfinite(ps_cap)
-        gap = np.subtract(new_ps_cap, ps_cap, out=np.zeros(len(jobs)), where=both)
-        moved_ps = np.abs(gap) / np.where(both, new_ps_cap, 1.0)
-        ps_step = _adapt(ps_step, gap, ps_gap)
-        ps_gap = gap
-        ps_cap = np.where(
-            np.isinf(ps_cap) | np.isinf(new_ps_cap), new_ps_cap, ps_cap + ps_step * gap
-        )
-        held_to = np.minimum(cap, ps_cap)
-        load = PsLoad(
-            q, a, c, g, frags, iter_s + last, held_to, by_server, len(servers), win, not release
-        )
-        guess = sum_by(server, open_wait, len(servers)) / per_server if warm else None
-        x = solve_wait(s, fs, win, load, guess)[server]
-        open_wait = x
-        warm = True
-        rate = _rates(x, q, a, win, fs, held_to)
-        # Held to its process's capacity, the job's window fills the PS queue: what does not
-        # fit in a slot waits there, and its aggregators (atp) wait with it.
-        at_ps = _rates(x, q, a, win, fs, ps_cap)  # the PS's cap alone, not the switch's
-        # Without the cap its window is full (window-bound) or not (link-bound); with it, a
-        # window's worth takes longer still, and the difference waits at the PS.
-        uncapped = _rates(x, q, a, win, fs, np.full(len(jobs), np.inf))
-        overflow = np.maximum(0.0, win / at_ps - win / uncapped)
-        x = x + np.divide(overflow, q, out=np.zeros(len(jobs)), where=q > 0)
-        # The wait has settled when its part of a fragment's slot (q x) has: near the PS's knee
-        # the wait itself is steep in the loss shares, where q is small and the slot is not.
-        delta = float(np.max(np.abs(q * (x - wait)) / (a + q * x)))
-        delta = max(delta, float(np.max(moved_ps, initial=0.0)))
-        wait = x
-        slot = a + q * x
-        t = (
-            _stream_time(frags, rate, slot, fs, win)
-            + last
-            + _tail(release, frags, win, bypass, lost, slot - rtt, (n - 1) * s)
-        )
-        # How long a fragment's contributions take to all arrive: the workers' start skew
-        # for the first window of an iteration; after that the leading worker can be at
-        # most its window ahead, and when the window binds every worker sends its next
-        # fragment when the same multicast result arrives, so the spread closes.
-        steady = np.minimum(skew, np.maximum(0.0, win * fs - slot))
-        spread = (np.minimum(frags, win) * skew + np.maximum(0.0, frags - win) * steady) / frags
-        hold = spread + (0.0 if release else detour + x)
-        # Fragments per second over the whole allreduce: `rate` is the streaming rate, but
-        # the allreduce also waits for its last worker and its last results, and sends
-        # nothing meanwhile.
-        thr = frags / t
-        # A split fragment's claim (see below) holds its aggregator as a partial sum that
-        # cannot complete until the workers' fast retransmit flushes it, two smoothed round
-        # trips after the first send.
-        split_hold = 2 * (base_a + base_q * x)
-        held = thr * ((1 - lost) * hold + split * split_hold)
-        done = thr * (1 - lost) * (hold - spread)  # atp: complete, awaiting the PS result
-        duty = t / (t + iter_s)
-        if cfg.switch_pps > 0:
-            # Packets the switch's CPU handles per fragment: the n contributions in and the n
-            # results out, the PS result that re-enters the switch (one per PS-bound
-            # fragment), the packets sent to the PS (critical ones and esa's copies) and,
-            # when the PS runs on that CPU, its work on each of them at what a PS packet
-            # costs there.
-            per_frag = 2 * n + q + (1 + cfg.ps_switch_cost) * (c + g)
-            free = _rates(x, q, a, win, fs, ps_cap)
-            new_cap = _switch_cap(cfg.switch_pps, duty, free * per_frag, rate * per_frag, per_frag)
-            moved_cap = np.where(np.isinf(cap), np.inf, np.abs(new_cap - cap) / new_cap)
-            delta = max(delta, float(np.max(np.minimum(moved_cap, 1.0))))
-            cap = np.where(np.isinf(cap), new_cap, 0.5 * (cap + new_cap))
-        # Time-averaged aggregators held, and claim rates, by priority level (atp: all at 0).
-        held_at = sum_by(level, duty * held, top)
-        claims_at = sum_by(level, duty * thr * (1 - lost), top)
-        held_ge = np.append(np.cumsum(held_at[::-1])[::-1], 0.0)
-        claims_above = np.append(_above(claims_at), 0.0)
-        claims_ge = claims_above[:-1] + claims_at
-        # A job's own window never collides with itself (`p4ctl.rule.hashed_index` maps any
-        # `pool` consecutive fragments of a job to distinct aggregators): a new fragment lands
-        # on one of the aggregators the job does not hold, held by others in this share.
-        others = held_ge[level] - duty * held
-        b = np.minimum(0.95, others / np.maximum(n_agg - held, 1.0))
-        e = (1 - b) * (1 - np.exp(-claims_above[level] * spread / n_agg)) if preempt else 0.0 * b
-        # A split fragment: its first contribution collided, the holder let go before its last
-        # one arrived, so the rest claimed the aggregator and wait for a sum that cannot
-        # complete. Only the first window of an iteration spreads contributions (by the
-        # workers' start skew); the holder lets go within that spread with probability
-        # spread / (its mean hold), the hold's remainder being uniform.
-        mean_hold = np.divide(
-            held_ge[level], claims_ge[level], out=np.zeros(len(jobs)), where=claims_ge[level] > 0
-        )
-        first = np.minimum(frags, win) / frags
-        let_go = np.minimum(
-            1.0, np.divide(skew, mean_hold, out=np.ones(len(jobs)), where=mean_hold > 0)
-        )
-        new_split = first * b * let_go
-        # The split share moves the slot too: the answer has settled only once it has.
-        delta = max(delta, float(np.max(np.abs(new_split - split))))
-        split = new_split
-        new_pull = np.concatenate((b - bypass, e - evict))
-        step = _adapt(step, new_pull, pull)
-        pull = new_pull
-        moved = step * new_pull
-        count = len(jobs)
-        # Settled by the pull, not the move: a halved step moves little while a share is still
-        # far from its fixed point.
-        delta = max(delta, float(np.max(np.abs(new_pull[:count]) + np.abs(new_pull[count:]))))
-        bypass, evict = bypass + moved[:count], evict + moved[count:]
+    contenders = _contenders(cfg, jobs, policy.preempts)
+    it, last, delta = _round(cfg, policy, contenders, _first_iterate(contenders, start))
+    for _ in range(_ROUNDS - 1):
         if delta < _TOL:
             break
-    # Evictions a job suffers per second, shared among the higher jobs by their claim rates.
-    suffered_at = sum_by(level, evict * frags / (t + iter_s), top + 1)
-    caused = np.zeros(len(jobs))
-    if preempt:
-        share = np.divide(suffered_at, claims_above, out=np.zeros(top + 1), where=claims_above > 0)
-        below = np.concatenate(([0.0], np.cumsum(share)))  # below[L]: levels < L
-        caused = duty * thr * (1 - bypass - evict) * below[level]
-    fields = (t, bypass, evict, caused, duty, held - done, done, np.zeros(len(jobs)), wait,
-              duty * c * thr, duty * g * thr)  # fmt: skip
+        it, last, delta = _round(cfg, policy, contenders, it)
+    occ, traffic = last.occ, last.traffic
+    fields = (occ.t_comm, it.bypass, it.evict, _caused(policy.preempts, contenders, it, last),
+              occ.duty, occ.held - occ.held_complete, occ.held_complete,
+              np.zeros(contenders.count), it.wait, occ.duty * traffic.critical * occ.claims,
+              occ.duty * traffic.copies * occ.claims)  # fmt: skip
     rows = zip(*(v.tolist() for v in fields), strict=True)
-    return {jid: CommRate(*row) for jid, row in zip(ids, rows, strict=True)}
+    return {jid: CommRate(*row) for jid, row in zip(contenders.ids, rows, strict=True)}
 
 
 def _adapt(step: Vec, pull: Vec, before: Vec) -> Vec:

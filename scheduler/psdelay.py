@@ -263,19 +263,12 @@ def solve_wait(s: float, fs: float, w: int, load: PsLoad, guess: Vec | None = No
     closed-form root is checked instead (`_solve_alone`): within the bisection's tolerance of
     its answer, at one array call for every process, and `guess` is not needed.
     """
-    n = load.servers
     f = _Cobham(s, fs, w, load)
     if load.server is None:
         return _solve_alone(f)
-    lo, hi = np.zeros(n), np.ones(n)
-    if guess is not None:
-        below, above = 0.98 * guess, 1.02 * guess + 5e-13
-        right = f(np.stack((below, above)))
-        lo = np.where(right[0] > below, below, lo)
-        hi = np.where(right[1] > above, hi, above)
+    lo, hi = _bracket(f, load.servers, guess)
     live = ~_narrow(lo, hi)
     steps = 0
-    columns = np.arange(n)
     while steps < _BISECTIONS and live.any():
         few = np.flatnonzero(live)
         if len(few) <= _FEW:
@@ -283,38 +276,62 @@ def solve_wait(s: float, fs: float, w: int, load: PsLoad, guess: Vec | None = No
                 lo[i], hi[i] = _bisect_one(f, i, float(lo[i]), float(hi[i]), steps)
             break
         depth = min(_TREE_DEPTH, _BISECTIONS - steps)
-        # Level k of the tree holds the 2^k brackets k steps down, node i's children being
-        # i (its midpoint was above the root, so it became hi) and i + 2^k (below: lo);
-        # rows 2^k - 1 .. 2^(k+1) - 2 of `tree` hold level k's midpoints.
-        levels_lo, levels_hi, mids = [lo[None, :]], [hi[None, :]], []
-        for _ in range(depth):
-            level_lo, level_hi = levels_lo[-1], levels_hi[-1]
-            mid = 0.5 * (level_lo + level_hi)
-            mids.append(mid)
-            levels_lo.append(np.concatenate((level_lo, mid)))
-            levels_hi.append(np.concatenate((mid, level_hi)))
-        tree = np.concatenate(mids).ravel()
-        up_at = f(tree.reshape(-1, n)).ravel() > tree  # whether the root lies above
-        # Each process's path down the tree: its node's flat index in `tree`, level by level
-        # (level k + 1's rows start 2^k rows after level k's; an up step skips 2^k more).
-        path = np.empty((depth + 1, n), dtype=np.intp)
-        path[0] = columns
-        for k in range(depth):
-            path[k + 1] = path[k] + np.where(up_at.take(path[k]), (2 * n) << k, n << k)
-        # The bracket each step leads to: the same node in levels 1 .. depth, one row lower.
-        after = path[1:] - n
-        lo_after = np.concatenate(levels_lo[1:]).ravel().take(after)
-        hi_after = np.concatenate(levels_hi[1:]).ravel().take(after)
-        done = _narrow(lo_after, hi_after)
-        # A process stops at the first step that brings it within tolerance.
-        settled = done.any(axis=0)
-        last = np.where(settled, done.argmax(axis=0), depth - 1)
-        lo = np.where(live, lo_after[last, columns], lo)
-        hi = np.where(live, hi_after[last, columns], hi)
+        lo, hi, settled = _tree_steps(f, lo, hi, live, depth)
         live &= ~settled
         steps += depth
     out: Vec = 0.5 * (lo + hi)
     return out
+
+
+def _bracket(f: _Cobham, n: int, guess: Vec | None) -> tuple[Vec, Vec]:
+    """Each process's starting bracket: ``[0, 1]``, narrowed to within 2% of `guess` where the
+    root lies there."""
+    lo, hi = np.zeros(n), np.ones(n)
+    if guess is not None:
+        below, above = 0.98 * guess, 1.02 * guess + 5e-13
+        right = f(np.stack((below, above)))
+        lo = np.where(right[0] > below, below, lo)
+        hi = np.where(right[1] > above, hi, above)
+    return lo, hi
+
+
+def _tree_steps(
+    f: _Cobham, lo: Vec, hi: Vec, live: npt.NDArray[np.bool_], depth: int
+) -> tuple[Vec, Vec, npt.NDArray[np.bool_]]:
+    """`depth` bisection steps of every `live` process from ``[lo, hi]``, in one evaluation of
+    `f` on the whole tree of midpoints: the brackets after them (each process stopped at the
+    first step that brought it within tolerance), and which processes that step settled."""
+    n = len(lo)
+    columns = np.arange(n)
+    # Level k of the tree holds the 2^k brackets k steps down, node i's children being
+    # i (its midpoint was above the root, so it became hi) and i + 2^k (below: lo);
+    # rows 2^k - 1 .. 2^(k+1) - 2 of `tree` hold level k's midpoints.
+    levels_lo, levels_hi, mids = [lo[None, :]], [hi[None, :]], []
+    for _ in range(depth):
+        level_lo, level_hi = levels_lo[-1], levels_hi[-1]
+        mid = 0.5 * (level_lo + level_hi)
+        mids.append(mid)
+        levels_lo.append(np.concatenate((level_lo, mid)))
+        levels_hi.append(np.concatenate((mid, level_hi)))
+    tree = np.concatenate(mids).ravel()
+    up_at = f(tree.reshape(-1, n)).ravel() > tree  # whether the root lies above
+    # Each process's path down the tree: its node's flat index in `tree`, level by level
+    # (level k + 1's rows start 2^k rows after level k's; an up step skips 2^k more).
+    path = np.empty((depth + 1, n), dtype=np.intp)
+    path[0] = columns
+    for k in range(depth):
+        path[k + 1] = path[k] + np.where(up_at.take(path[k]), (2 * n) << k, n << k)
+    # The bracket each step leads to: the same node in levels 1 .. depth, one row lower.
+    after = path[1:] - n
+    lo_after = np.concatenate(levels_lo[1:]).ravel().take(after)
+    hi_after = np.concatenate(levels_hi[1:]).ravel().take(after)
+    done = _narrow(lo_after, hi_after)
+    # A process stops at the first step that brings it within tolerance.
+    settled: npt.NDArray[np.bool_] = np.asarray(done.any(axis=0))
+    last = np.where(settled, done.argmax(axis=0), depth - 1)
+    lo = np.where(live, lo_after[last, columns], lo)
+    hi = np.where(live, hi_after[last, columns], hi)
+    return lo, hi, settled
 
 
 def _solve_alone(f: _Cobham) -> Vec:

@@ -39,6 +39,7 @@ from api.http.routes import (
     limits,
     metrics,
     policy,
+    queue,
     switch,
     tokens,
     workers,
@@ -240,7 +241,7 @@ def create_app(settings: Settings, *, backend: SwitchBackend | None = None) -> F
     _spec_follows_settings(app, settings)
     app.state.service = service
     install_handlers(app)
-    for module in (jobs, workers, switch, policy, events, bench, tokens, limits):
+    for module in (jobs, queue, workers, switch, policy, events, bench, tokens, limits):
         app.include_router(module.router, responses=UNAUTHORIZED)
     app.include_router(metrics.router)  # open, or 401 for a wrong scrape token (documented)
 

@@ -45,26 +45,45 @@ def _labels(**labels: str | float) -> str:
 def render_metrics(session: Session, coord: Coordinator, *, tenants: bool = False) -> str:
     """The whole exposition as text, ending in a newline. Per-tenant series
     (``inasched_tenant_jobs``) only with `tenants`: for a scraper holding the metrics token."""
-    lines: list[str] = []
+    lines = _jobs(session)
+    if tenants:
+        lines += _tenant_jobs(session)
+    lines += _jct(session)
+    lines += _switch(coord)
+    unsupported = coord.progress.unsupported_total if coord.progress is not None else 0
+    lines += _family(
+        "inasched_unsupported_progress_total",
+        "counter",
+        "Progress reports the switch's per-job counters did not support (capped for priority).",
+        [f"inasched_unsupported_progress_total {unsupported}"],
+    )
+    source = coord.ps_registry
+    lines += _ps(source.counters() if isinstance(source, PsCounterSource) else None)
+    return "\n".join(lines) + "\n"
+
+
+def _jobs(session: Session) -> list[str]:
+    """Jobs by state, every state with a sample."""
     by_state: dict[str, int] = {
         state: count
         for state, count in session.execute(select(Job.state, func.count()).group_by(Job.state))
     }
-    lines += _family(
+    return _family(
         "inasched_jobs",
         "gauge",
         "Jobs by state.",
         (f"inasched_jobs{_labels(state=s)} {by_state.get(s, 0)}" for s in ACTIVE + TERMINAL),
     )
-    if tenants:
-        lines += _tenant_jobs(session)
-    lines += _jct(session)
-    runs = coord.occupancy_runs
+
+
+def _switch(coord: Coordinator) -> list[str]:
+    """The switch's families at the scheduler's last read: the pool and its aggregators in
+    use by state, the per-job counters summed over the jobs, and drops by reason."""
     used: dict[int, int] = {}
-    for _, length, _, state in runs:
+    for _, length, _, state in coord.occupancy_runs:
         used[state] = used.get(state, 0) + length
     names = {1: "partial", 2: "complete", 3: "flushed"}
-    lines += _family(
+    lines = _family(
         "inasched_switch_aggregators",
         "gauge",
         "Aggregators of the switch pool.",
@@ -99,16 +118,7 @@ def render_metrics(session: Session, coord: Coordinator, *, tenants: bool = Fals
             for r, n in sorted(coord.drops.items())
         ),
     )
-    unsupported = coord.progress.unsupported_total if coord.progress is not None else 0
-    lines += _family(
-        "inasched_unsupported_progress_total",
-        "counter",
-        "Progress reports the switch's per-job counters did not support (capped for priority).",
-        [f"inasched_unsupported_progress_total {unsupported}"],
-    )
-    source = coord.ps_registry
-    lines += _ps(source.counters() if isinstance(source, PsCounterSource) else None)
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _ps(counters: PsCounters | None) -> list[str]:

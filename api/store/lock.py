@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from sqlalchemy import Connection, create_engine, text
+from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
@@ -109,52 +109,13 @@ def _advisory_key(database: str, schema: str) -> int:
 
 
 def _lock_postgres(url: str, owner: str) -> StoreLock:
-    # Its own connection, outside every pool: the lock lives exactly as long as it does.
-    idle, interval, count = KEEPALIVE
-    keepalive = {
-        "keepalives": 1,
-        "keepalives_idle": idle,
-        "keepalives_interval": interval,
-        "keepalives_count": count,
-        "tcp_user_timeout": (idle + interval * count) * 1000,
-    }
-    engine = create_engine(
-        url, poolclass=NullPool, connect_args={"connect_timeout": 5, **keepalive}
-    )
+    conn, engine = _lock_connection(url)
     try:
-        conn = engine.connect()
-    except Exception as exc:
-        engine.dispose()
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        raise DatabaseUnavailable(f"cannot use the database {redacted(url)}: {reason}") from exc
-    try:
-        database, schema = conn.execute(text("SELECT current_database(), current_schema()")).one()
-        key = _advisory_key(database, schema)
-        # Shown in pg_stat_activity, where a second service reads who holds the lock.
-        conn.execute(
-            text("SELECT set_config('application_name', :name, false)"), {"name": owner[:63]}
-        )
-        # The server's side of the keepalive: it ends the session of a holder gone silent.
-        for name, value in (
-            ("tcp_keepalives_idle", idle),
-            ("tcp_keepalives_interval", interval),
-            ("tcp_keepalives_count", count),
-        ):
-            conn.execute(
-                text("SELECT set_config(:name, :value, false)"), {"name": name, "value": str(value)}
-            )
-        taken = conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar()
-        conn.commit()
-        if not taken:
-            holder = _postgres_holder(conn, key)
-            raise StoreInUse(
-                f"the store {redacted(url)} (schema {schema}) is in use by {holder}; {ADVICE}"
-            )
+        _take_advisory_lock(conn, url, owner)
     except BaseException:
         conn.close()
         engine.dispose()
         raise
-
     guard = threading.Lock()  # one statement at a time on the lock's connection
 
     def alive() -> bool:
@@ -172,6 +133,54 @@ def _lock_postgres(url: str, owner: str) -> StoreLock:
         engine.dispose()
 
     return StoreLock(release, alive)
+
+
+def _lock_connection(url: str) -> tuple[Connection, Engine]:
+    """A connection of its own, outside every pool, with TCP keepalives (the lock lives
+    exactly as long as it does), and its engine; DatabaseUnavailable when it cannot open."""
+    idle, interval, count = KEEPALIVE
+    keepalive = {
+        "keepalives": 1,
+        "keepalives_idle": idle,
+        "keepalives_interval": interval,
+        "keepalives_count": count,
+        "tcp_user_timeout": (idle + interval * count) * 1000,
+    }
+    engine = create_engine(
+        url, poolclass=NullPool, connect_args={"connect_timeout": 5, **keepalive}
+    )
+    try:
+        return engine.connect(), engine
+    except Exception as exc:
+        engine.dispose()
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise DatabaseUnavailable(f"cannot use the database {redacted(url)}: {reason}") from exc
+
+
+def _take_advisory_lock(conn: Connection, url: str, owner: str) -> None:
+    """Take the store's advisory lock on `conn` with `owner` as the session's name, or raise
+    StoreInUse naming who holds it."""
+    idle, interval, count = KEEPALIVE
+    database, schema = conn.execute(text("SELECT current_database(), current_schema()")).one()
+    key = _advisory_key(database, schema)
+    # Shown in pg_stat_activity, where a second service reads who holds the lock.
+    conn.execute(text("SELECT set_config('application_name', :name, false)"), {"name": owner[:63]})
+    # The server's side of the keepalive: it ends the session of a holder gone silent.
+    for name, value in (
+        ("tcp_keepalives_idle", idle),
+        ("tcp_keepalives_interval", interval),
+        ("tcp_keepalives_count", count),
+    ):
+        conn.execute(
+            text("SELECT set_config(:name, :value, false)"), {"name": name, "value": str(value)}
+        )
+    taken = conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar()
+    conn.commit()
+    if not taken:
+        holder = _postgres_holder(conn, key)
+        raise StoreInUse(
+            f"the store {redacted(url)} (schema {schema}) is in use by {holder}; {ADVICE}"
+        )
 
 
 def _postgres_holder(conn: Connection, key: int) -> str:

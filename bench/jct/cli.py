@@ -152,6 +152,64 @@ def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else list(argv)
     parser = _parser()
     args = parser.parse_args(args_list)
+    policies = _checked_policies(parser, args)
+    command = "inasched bench jct " + shlex.join(args_list)
+    try:
+        params = BenchParams(seed=args.seed).with_settings(args.set)
+        sweeps = parse_sweeps(args.sweep)
+    except ValueError as exc:
+        parser.error(str(exc))
+    backend = "emu" if args.emu else "sim"
+    runner, base_jobs = _runner_and_jobs(parser, args)
+    out: Path = args.out
+    _check_out(parser, out, force=args.force)
+    print(f"{args.workload}: {len(base_jobs)} jobs, models mapped with seed {args.seed} (--seed)")
+    if args.emu:
+        # The same jobs for --sim: the validation of sim against emu runs this file.
+        write_workload(base_jobs, out / "workload.csv")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    points = grid.grid_points(sweeps)
+    bar = tqdm(total=len(points) * len(policies), desc="jct", unit="run", disable=args.quiet)
+    emu_config = args.emu_config if args.emu else None
+    tasks = [
+        _Point(base_jobs, tuple(policies), grid.point_params(params, point),
+               out / grid.point_folder(point), args.workload, backend, command, emu_config)
+        for point in points
+    ]  # fmt: skip
+    if args.jobs > 1 and len(tasks) > 1:
+        outcomes = _run_points_in_parallel(tasks, args.jobs, bar)
+    else:
+        outcomes = [_run_point(task, runner, bar) for task in tasks]
+    sweep_rows, cpu_rows, stored = [], [], []
+    for point, task, outcome in zip(points, tasks, outcomes, strict=True):
+        if args.service:
+            from bench.jct.store import store_run
+
+            run = store_run(args.service, args.token, task.folder, args.workload, backend)
+            stored.append(run.get("id"))
+        if point:
+            gains = outcome.document.get("decomposition", {})
+            sweep_rows.append(grid.grid_row(point, outcome.summaries, outcome.ratios, gains))
+            cpu_rows.append(grid.cpu_row(point, outcome.cpu_s))
+        else:
+            _print_summary(outcome)
+    bar.close()
+    if sweeps:
+        _write_sweep(out, sweep_rows, cpu_rows)
+    if len(sweeps) == 2:
+        written, skipped = grid.write_heatmaps(
+            out, sweeps, policies, f"{args.workload} ({backend})"
+        )
+        print("\n".join([*(f"heatmap: {path}" for path in written), *skipped]))
+    from bench.jct.store import where_stored
+
+    print(where_stored(out, args.service, stored))
+    return 0
+
+
+def _checked_policies(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """`--policies` as a list, once it and the flags that go with it make sense together
+    (else a usage error naming what is wrong)."""
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     known = (*policy_names(), *ablation_names())
     unknown = [p for p in policies if p not in known]
@@ -173,16 +231,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--emu-config {args.emu_config} configures --emu; add --emu")
     if args.service and not args.token:
         parser.error("--service needs --token")
-    command = "inasched bench jct " + shlex.join(args_list)
-    try:
-        params = BenchParams(seed=args.seed).with_settings(args.set)
-    except ValueError as exc:
-        parser.error(str(exc))
-    backend = "emu" if args.emu else "sim"
-    try:
-        sweeps = parse_sweeps(args.sweep)
-    except ValueError as exc:
-        parser.error(str(exc))
+    return policies
+
+
+def _runner_and_jobs(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[PolicyRunner, Sequence[JobSpec]]:
+    """The back-end that runs one policy (the simulator, or the loopback emulation in its
+    ``--emu-config``) and the workload's jobs as it takes them."""
     try:
         if args.emu:
             from bench.jct.emu import emu_config, emu_runner, emu_workload
@@ -191,71 +247,24 @@ def main(argv: list[str] | None = None) -> int:
                 config = emu_config(args.emu_config)
             except ValueError as exc:
                 parser.error(f"--emu-config: {exc}")
-            runner: PolicyRunner = emu_runner(config)
-            base_jobs = emu_workload(args.workload, args.seed, config)
-        else:
-            from bench.jct.sim import run_policy
+            return emu_runner(config), emu_workload(args.workload, args.seed, config)
+        from bench.jct.sim import run_policy
 
-            runner = run_policy
-            base_jobs = load_workload(args.workload, args.seed)
+        return run_policy, load_workload(args.workload, args.seed)
     except WorkloadError as exc:
         parser.error(f"--workload {args.workload}: {exc}")
-    out: Path = args.out
-    _check_out(parser, out, force=args.force)
-    print(f"{args.workload}: {len(base_jobs)} jobs, models mapped with seed {args.seed} (--seed)")
-    if args.emu:
-        # The same jobs for --sim: the validation of sim against emu runs this file.
-        write_workload(base_jobs, out / "workload.csv")
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    points = grid.grid_points(sweeps)
-    bar = tqdm(total=len(points) * len(policies), desc="jct", unit="run", disable=args.quiet)
-    tasks = [
-        _Point(
-            base_jobs,
-            tuple(policies),
-            grid.point_params(params, point),
-            out / grid.point_folder(point),
-            args.workload,
-            backend,
-            command,
-            args.emu_config if args.emu else None,
-        )
-        for point in points
-    ]
-    if args.jobs > 1 and len(tasks) > 1:
-        outcomes = _run_points_in_parallel(tasks, args.jobs, bar)
-    else:
-        outcomes = [_run_point(task, runner, bar) for task in tasks]
-    sweep_rows, cpu_rows, stored = [], [], []
-    for point, task, outcome in zip(points, tasks, outcomes, strict=True):
-        if args.service:
-            from bench.jct.store import store_run
 
-            run = store_run(args.service, args.token, task.folder, args.workload, backend)
-            stored.append(run.get("id"))
-        if point:
-            gains = outcome.document.get("decomposition", {})
-            sweep_rows.append(grid.grid_row(point, outcome.summaries, outcome.ratios, gains))
-            cpu_rows.append(grid.cpu_row(point, outcome.cpu_s))
-        else:
-            _print_summary(outcome)
-    bar.close()
-    if sweeps:
-        grid.write_grid_csv(out / "sweep.csv", sweep_rows)
-        grid.write_grid_csv(out / "cpu.csv", cpu_rows)
-        print(format_table(list(sweep_rows[0]), [list(r.values()) for r in sweep_rows]))
-        slowest = max(cpu_rows, key=lambda row: row["total"])
-        print(f"\nsweep table: {out / 'sweep.csv'}; CPU seconds per point: {out / 'cpu.csv'} "
-              f"(the most: {slowest['total']:.1f} s)")  # fmt: skip
-    if len(sweeps) == 2:
-        written, skipped = grid.write_heatmaps(
-            out, sweeps, policies, f"{args.workload} ({backend})"
-        )
-        print("\n".join([*(f"heatmap: {path}" for path in written), *skipped]))
-    from bench.jct.store import where_stored
 
-    print(where_stored(out, args.service, stored))
-    return 0
+def _write_sweep(
+    out: Path, sweep_rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]]
+) -> None:
+    """The sweep's table and CPU seconds per point, as CSV files and printed."""
+    grid.write_grid_csv(out / "sweep.csv", sweep_rows)
+    grid.write_grid_csv(out / "cpu.csv", cpu_rows)
+    print(format_table(list(sweep_rows[0]), [list(r.values()) for r in sweep_rows]))
+    slowest = max(cpu_rows, key=lambda row: row["total"])
+    print(f"\nsweep table: {out / 'sweep.csv'}; CPU seconds per point: {out / 'cpu.csv'} "
+          f"(the most: {slowest['total']:.1f} s)")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,16 +360,7 @@ def run_bench(
     """Run every policy on the same jobs and write the whole output folder (`emu_config`:
     the name of the ``--emu`` configuration the runner uses, for the report)."""
     jobs = with_load(base_jobs, params.load)
-    runs = []
-    cpu_s: dict[str, float] = {}
-    for policy in policies:
-        if bar is not None:
-            bar.set_postfix_str(f"{policy} {_short(params)}")
-        started = time.process_time()
-        runs.append(runner(jobs, policy, params))
-        cpu_s[policy] = time.process_time() - started
-        if bar is not None:
-            bar.update(1)
+    runs, cpu_s = _run_policies(jobs, policies, params, runner, bar)
     summaries = {r.policy: summarise(r) for r in runs}
     ratio = ratios(summaries)
     by_arrival = None
@@ -373,16 +373,7 @@ def run_bench(
     parameters, extra_sources, ideal_avg, notes = _context(
         jobs, params, backend, workload, emu_config
     )
-    document = summary_document(summaries, ratio, parameters)
-    if decomposition is not None:
-        document["decomposition"] = {k: finite(v) for k, v in decomposition.as_dict().items()}
-    cpu = {r.policy: r.cpu for r in runs if r.cpu is not None}
-    if cpu:
-        document["emu_cpu"] = {
-            name: {"busy_share": c.busy_share, "service_s": c.service_s, "workers_s": c.workers_s,
-                   "span_s": c.span_s, "cores": c.cores}
-            for name, c in cpu.items()
-        }  # fmt: skip
+    document = _summary(summaries, ratio, parameters, decomposition, runs)
     write_summary(out, document)
     write_jobs_csv(out, runs)
     write_plots(out, runs, f"{workload} ({backend})")
@@ -404,6 +395,49 @@ def run_bench(
         report = "\n".join([report.rstrip("\n"), *section]) + "\n"
     (out / "report.md").write_text(report, encoding="utf-8")
     return RunOutcome(tuple(runs), summaries, ratio, document, cpu_s)
+
+
+def _run_policies(
+    jobs: Sequence[JobSpec],
+    policies: Sequence[str],
+    params: BenchParams,
+    runner: PolicyRunner,
+    bar: tqdm | None,
+) -> tuple[list[PolicyRun], dict[str, float]]:
+    """Each policy's run on `jobs`, and the CPU seconds each took in this process."""
+    runs = []
+    cpu_s: dict[str, float] = {}
+    for policy in policies:
+        if bar is not None:
+            bar.set_postfix_str(f"{policy} {_short(params)}")
+        started = time.process_time()
+        runs.append(runner(jobs, policy, params))
+        cpu_s[policy] = time.process_time() - started
+        if bar is not None:
+            bar.update(1)
+    return runs, cpu_s
+
+
+def _summary(
+    summaries: dict[str, PolicySummary],
+    ratio: dict[str, float | None],
+    parameters: dict[str, Any],
+    decomposition: ablation.Decomposition | None,
+    runs: Sequence[PolicyRun],
+) -> dict[str, Any]:
+    """summary.json's document: the summaries, ratios and parameters, the ablation's
+    decomposition when there is one, and the emulation's CPU figures when it ran."""
+    document = summary_document(summaries, ratio, parameters)
+    if decomposition is not None:
+        document["decomposition"] = {k: finite(v) for k, v in decomposition.as_dict().items()}
+    cpu = {r.policy: r.cpu for r in runs if r.cpu is not None}
+    if cpu:
+        document["emu_cpu"] = {
+            name: {"busy_share": c.busy_share, "service_s": c.service_s, "workers_s": c.workers_s,
+                   "span_s": c.span_s, "cores": c.cores}
+            for name, c in cpu.items()
+        }  # fmt: skip
+    return document
 
 
 def _context(

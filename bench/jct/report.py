@@ -128,7 +128,42 @@ def render_report(
     if check is None and backend == "sim" and runs:
         check = check_run(runs, parameters)
     warning, check_section = render_check(check) if check is not None else ([], [])
-    lines = [
+    lines = _heading(command, workload, backend, n_jobs, list(summaries), warning)
+    lines += _results(summaries, ratios)
+    lines += _targets_and_time(summaries, ideal_avg, runs)
+    lines += _measured(runs)
+    if ideal_avg:
+        lines += [
+            "",
+            f"Lower bound on any policy's average JCT (each job alone, all bytes in the switch "
+            f"at line rate, no queueing): {ideal_avg:,.1f} s.",
+        ]
+    lines += check_section
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    lines += ["", "## Parameters and their sources", "", "| parameter | value | source |"]
+    lines += ["|---|---|---|"]
+    sources = {**SOURCES, **extra_sources}
+    for name, value in parameters.items():
+        lines.append(f"| `{name}` | {_value(value)} | {sources.get(name, '')} |")
+    lines += ["", "## Plots", ""]
+    for alt, image in _PLOTS:
+        lines += [f"![{alt}]({image})", ""]
+    return "\n".join(lines)
+
+
+_PLOTS = (
+    ("JCT CDF", "jct_cdf.png"),
+    ("average JCT", "avg_jct.png"),
+    ("memory utilisation", "memory_utilisation.png"),
+)
+
+
+def _heading(
+    command: str, workload: str, backend: str, n_jobs: int, policies: list[str], warning: list[str]
+) -> list[str]:
+    """The title, the validation's warning if any, the command and what the figures mean."""
+    return [
         f"# JCT benchmark: {workload} ({backend})",
         *warning,
         "",
@@ -140,12 +175,20 @@ def render_report(
         "",
         "(`inasched bench jct ARGS` is `.venv/bin/python -m bench.jct ARGS`.)",
         "",
-        f"{n_jobs} jobs; policies: {', '.join(summaries)}. Times in seconds of virtual time "
+        f"{n_jobs} jobs; policies: {', '.join(policies)}. Times in seconds of virtual time "
         "(`--sim`) or wall time (`--emu`); ratio = baseline average JCT / esa average JCT.",
         "Memory utilisation is the time-averaged share of the aggregator pool that another "
         "job's fragment cannot claim: static's reserved partitions; atp's partial sums and "
         "complete sums awaiting the PS result; esa's partial sums only (under esa a complete "
         "aggregator is claimable at once, so esa holds memory only while a sum fills).",
+    ]
+
+
+def _results(
+    summaries: Mapping[str, PolicySummary], ratios: Mapping[str, float | None]
+) -> list[str]:
+    """The results table per policy, and the ratios."""
+    lines = [
         "",
         "## Results",
         "",
@@ -159,7 +202,14 @@ def render_report(
         )
     lines += ["", "| ratio | value |", "|---|---:|"]
     lines += [f"| {k} | {_num(v)} |" for k, v in ratios.items()]
-    lines += ["", "## Targets", ""]
+    return lines
+
+
+def _targets_and_time(
+    summaries: Mapping[str, PolicySummary], ideal_avg: float | None, runs: Sequence[PolicyRun]
+) -> list[str]:
+    """Each target's verdict with its figures, and where each policy's time goes."""
+    lines = ["", "## Targets", ""]
     diagnostics = {run.policy: diagnose(run) for run in runs}
     for t in evaluate_targets(summaries, ideal_avg, diagnostics):
         lines.append(f"- {t.name}: {_verdict(t.met)} ({t.detail})")
@@ -174,8 +224,14 @@ def render_report(
             f"| {run.policy} | {d.compute_s:,.1f} | {d.queue_s:,.1f} | {d.comm_s:,.1f} | "
             f"{d.preemptions_suffered:,.0f} | {d.unfinished} |"
         )
+    return lines
+
+
+def _measured(runs: Sequence[PolicyRun]) -> list[str]:
+    """The tables of what the back-end measured beside the JCTs (each only where it did):
+    PS load, the switch's data-plane counters, the emulation's CPU."""
     loads = [(run.policy, run.ps_load) for run in runs if run.ps_load is not None]
-    lines += _titled_table(
+    lines = _titled_table(
         "PS load (time averages, as shares of the PS processes' capacity; the simulator "
         "serves critical packets before esa's completion copies, which delay nothing and "
         "only queue; `workers.ps` does the same, storing the copies when its socket is "
@@ -208,32 +264,7 @@ def render_report(
             for name, c in cpus
         ],
     )  # fmt: skip
-    if ideal_avg:
-        lines += [
-            "",
-            f"Lower bound on any policy's average JCT (each job alone, all bytes in the switch "
-            f"at line rate, no queueing): {ideal_avg:,.1f} s.",
-        ]
-    lines += check_section
-    if notes:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
-    lines += ["", "## Parameters and their sources", "", "| parameter | value | source |"]
-    lines += ["|---|---|---|"]
-    sources = {**SOURCES, **extra_sources}
-    for name, value in parameters.items():
-        lines.append(f"| `{name}` | {_value(value)} | {sources.get(name, '')} |")
-    lines += [
-        "",
-        "## Plots",
-        "",
-        "![JCT CDF](jct_cdf.png)",
-        "",
-        "![average JCT](avg_jct.png)",
-        "",
-        "![memory utilisation](memory_utilisation.png)",
-        "",
-    ]
-    return "\n".join(lines)
+    return lines
 
 
 def _num(v: float | None) -> str:

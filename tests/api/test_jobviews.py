@@ -96,7 +96,7 @@ def test_the_queue_counts_every_waiting_job_under_its_reason(static_api: Api) ->
     body = {"name": "other", "n_workers": 2, "iterations": 3, "gradient_bytes": 4096}
     assert api.client.post("/jobs", json={**body, "window": 16}, headers=other).status_code == 201
 
-    summary = api.client.get("/jobs/queue", headers=api.auth()).json()
+    summary = api.client.get("/queue", headers=api.auth()).json()
     assert summary == {
         "total": 3,
         "reasons": [
@@ -112,5 +112,5 @@ def test_the_queue_counts_every_waiting_job_under_its_reason(static_api: Api) ->
             },
         ],
     }
-    everyone = api.client.get("/jobs/queue", headers=api.auth(api.admin_token)).json()
+    everyone = api.client.get("/queue", headers=api.auth(api.admin_token)).json()
     assert everyone["total"] == 4

@@ -1,4 +1,4 @@
-"""``bench.allreduce``: the error-bound check, and one quick run's JSON on both data paths."""
+"""``bench.allreduce``: the error-bound check, the grids, and one quick run's JSON."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.allreduce import check_result, main
+from bench.allreduce import DEFAULT_GRID, FULL_GRID, _grid, _parser, check_result, main
 from workers.quant import scale_bits
 
 
@@ -22,18 +22,25 @@ def test_check_result_is_below_one_within_the_bound_and_above_past_it() -> None:
     assert check_result(off, exact, abs_total, 2, exponents, 64) > 1.0
 
 
+def test_the_default_grid_is_a_part_of_the_full_one_and_flags_replace_its_axes() -> None:
+    parser = _parser()
+    assert _grid(parser, parser.parse_args([])) == DEFAULT_GRID
+    assert _grid(parser, parser.parse_args(["--full"])) == FULL_GRID
+    for axis in ("sizes_mb", "workers", "lanes"):
+        assert set(getattr(DEFAULT_GRID, axis)) <= set(getattr(FULL_GRID, axis))
+    chosen = _grid(parser, parser.parse_args(["--full", "--lanes", "64", "--workers", "3"]))
+    assert (chosen.sizes_mb, chosen.workers, chosen.lanes) == (FULL_GRID.sizes_mb, (3,), (64,))
+    with pytest.raises(SystemExit):
+        _grid(parser, parser.parse_args(["--lanes", "100"]))
+
+
 @pytest.mark.slow
-def test_quick_run_writes_a_case_per_data_path_and_k(tmp_path: Path) -> None:
+def test_quick_run_writes_a_case_per_k(tmp_path: Path) -> None:
     out = tmp_path / "allreduce.json"
-    argv = ["--quick", "--sizes", "0.25", "--policies", "esa", "--json", str(out)]
-    assert main(argv) == 0
+    argv = ["--quick", "--sizes", "0.25", "--policies", "esa", "--lanes", "256,1024"]
+    assert main([*argv, "--json", str(out)]) == 0
     cases = json.loads(out.read_text())["cases"]
-    assert [(c["datapath"], c["lanes"]) for c in cases] == [
-        ("engine", 256),
-        ("engine", 1024),
-        ("python", 256),
-        ("python", 1024),
-    ]
+    assert [c["lanes"] for c in cases] == [256, 1024]
     for case in cases:
         assert (case["size_mb"], case["workers"], case["policy"]) == (0.25, 2, "esa")
         assert {"inasched_MBps", "gloo_MBps", "ratio", "worst_error"} <= set(case)

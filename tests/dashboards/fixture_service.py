@@ -299,7 +299,7 @@ def create_fixture_app(make_fake: Callable[[], FakeService] = FakeService) -> Fa
         ]
         return {"items": items[offset : offset + limit], "total": len(items)}
 
-    @app.get("/jobs/queue")
+    @app.get("/queue")
     def queue(authorization: str | None = Header(None)) -> dict[str, Any]:
         own = _tenant(authorization)
         waiting = [j for j in fake.jobs.values() if own and j.own and j.state == "queued"]

@@ -30,9 +30,8 @@ from api.schemas import (
     JobList,
     JobPublic,
     JobStateName,
-    QueueSummary,
 )
-from api.store.crud import get_job, list_jobs, queued_job_ids
+from api.store.crud import get_job, list_jobs
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -84,15 +83,6 @@ def index(
     rows, total = list_jobs(session, tenant_id=owner, state=state, limit=limit, offset=offset)
     reasons = service.coordinator.queue_reasons
     return JobList(items=[job_public(r, reasons, JobPublic) for r in rows], total=total)
-
-
-@router.get("/queue", summary="why the tenant's queued jobs wait, with a count per reason")
-def queue(caller: CallerDep, session: SessionDep, service: ServiceDep) -> QueueSummary:
-    """``{"total": n, "reasons": [{"kind", "message", "jobs"}]}``: every queued job of the
-    tenant (an admin token: of every tenant) counted under its reason, most common first."""
-    owner = None if caller.admin else caller.tenant.id
-    ids = queued_job_ids(session, tenant_id=owner)
-    return QueueSummary(total=len(ids), reasons=service.coordinator.queue_reasons.grouped(ids))
 
 
 @router.get(

@@ -7,6 +7,7 @@ import json
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import bench.jct.validate as package
 from bench.jct.cli import main as bench_main
@@ -65,6 +66,47 @@ def _ran_config(runs: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    runs: Path = args.emu_out
+    out: Path = args.out or runs
+    out.mkdir(parents=True, exist_ok=True)
+    emu = mean_summary([runs, *args.repeats])
+    rates = json.loads(args.rates.read_text()) if args.rates else _measure(args, runs, out)
+    params, skew, derived = matched_params(rates)
+    calibration = None
+    if args.calibrate:
+        params, calibration = _calibrated(params, args.calibrate, runs, derived)
+    policies = ",".join(emu["policies"])
+    sim_argv = [
+        "--workload", str(runs / "workload.csv"), "--policies", policies,
+        "--out", str(out / "sim"), "--force", "--sim", "--quiet", *_sets(params),
+    ]  # fmt: skip
+    print("running: inasched bench jct " + " ".join(sim_argv), flush=True)
+    bench_main(sim_argv)
+    sim = json.loads((out / "sim" / "summary.json").read_text())
+    result = compare(emu, sim)
+    result["sim_command"] = "inasched bench jct " + " ".join(sim_argv)
+    if skew is not None:
+        skewed = _simulate_with_skew(runs, out, list(emu["policies"]), params, skew)
+        result["with_measured_skew"] = compare(emu, skewed)
+    result["rates"] = rates
+    result["sim_parameters"] = derived
+    if calibration is not None:
+        result["calibration"] = calibration
+    (out / "validation.json").write_text(json.dumps(result, indent=2))
+    section = render_section(result, rates, derived)
+    (out / "validation.md").write_text(section)
+    if out == runs:
+        report = out / "report.md"
+        text = report.read_text() if report.exists() else ""
+        if MARKER in text:
+            text = text[: text.index(MARKER)]
+        report.write_text(text.rstrip("\n") + "\n" + section)
+    print(section)
+    return 0 if result["passed"] else 1
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.jct.validate", description=package.__doc__)
     p.add_argument("--emu-out", required=True, type=Path, help="output folder of an --emu run")
     p.add_argument("--probe-bytes", type=int, default=65536)
@@ -115,79 +157,63 @@ def main(argv: list[str] | None = None) -> int:
         help="folder for the validation, its sim runs and the rates (default: --emu-out, whose "
         "report.md then gets the validation section); to compare fits without overwriting",
     )
-    args = p.parse_args(argv)
-    runs: Path = args.emu_out
-    out: Path = args.out or runs
-    out.mkdir(parents=True, exist_ok=True)
-    emu = mean_summary([runs, *args.repeats])
-    if args.rates:
-        rates = json.loads(args.rates.read_text())
-    else:
-        t = time.monotonic()
-        config = emu_config(args.emu_config or _ran_config(runs))
-        c = args.concurrency or probe_concurrency(config)
-        compute_s = _probe_compute(args.probe_compute, runs / "workload.csv")
-        rates = measure_rates(args.probe_bytes, args.repeat, c, compute_s, config)
-        if args.skew:
-            rates["occupancy"] = measure_occupancy(args.probe_bytes, c, config)
-        rates["measured_in_s"] = time.monotonic() - t
-        (out / "rates.json").write_text(json.dumps(rates, indent=2))
-    params, skew, derived = matched_params(rates)
-    calibration = None
-    if args.calibrate:
-        cal = mean_summary(args.calibrate)
-        cal_csv = args.calibrate[0] / "workload.csv"
-        if cal_csv.read_text() == (runs / "workload.csv").read_text():
-            raise SystemExit(
-                "--calibrate: the calibration runs ran the validated workload itself; "
-                "calibrate on another one (say, the same name with another --seed)"
-            )
-        means = {name: float(r["avg_jct"]) for name, r in cal["policies"].items()}
-        params, calibration = calibrate(params, read_workload(cal_csv), means)
-        calibration["folders"] = cal["folders"]
-        calibration["emu_runs"] = {n: r["runs"] for n, r in cal["policies"].items()}
-        calibration["probe_parameters"] = {f: derived[f] for f in CALIBRATED}
-        derived.update(calibration["parameters"])
+    return p
 
-    policies = ",".join(emu["policies"])
-    sim_argv = [
-        "--workload", str(runs / "workload.csv"), "--policies", policies,
-        "--out", str(out / "sim"), "--force", "--sim", "--quiet", *_sets(params),
-    ]  # fmt: skip
-    print("running: inasched bench jct " + " ".join(sim_argv), flush=True)
-    bench_main(sim_argv)
-    sim = json.loads((out / "sim" / "summary.json").read_text())
-    result = compare(emu, sim)
-    result["sim_command"] = "inasched bench jct " + " ".join(sim_argv)
-    if skew is not None:
-        # The same, with the simulator's worker_skew_s set to the measured hold time (not a
-        # BenchParams field, so through run_bench with a runner of this module).
-        folder = out / "sim-skew"
-        folder.mkdir(parents=True, exist_ok=True)
-        run_bench(
-            read_workload(runs / "workload.csv"),
-            list(emu["policies"]),
-            params,
-            skewed_runner(skew),
-            out=folder,
-            workload=str(runs / "workload.csv"),
-            backend="sim",
-            command=f"bench.jct.validate (sim, worker_skew_s={skew:.6g})",
+
+def _measure(args: argparse.Namespace, runs: Path, out: Path) -> dict[str, Any]:
+    """The probes' rates on the ``--emu`` configuration the validated run used (and, with
+    ``--skew``, how long aggregators stay partial), also written to ``rates.json``."""
+    t = time.monotonic()
+    config = emu_config(args.emu_config or _ran_config(runs))
+    c = args.concurrency or probe_concurrency(config)
+    compute_s = _probe_compute(args.probe_compute, runs / "workload.csv")
+    rates = measure_rates(args.probe_bytes, args.repeat, c, compute_s, config)
+    if args.skew:
+        rates["occupancy"] = measure_occupancy(args.probe_bytes, c, config)
+    rates["measured_in_s"] = time.monotonic() - t
+    (out / "rates.json").write_text(json.dumps(rates, indent=2))
+    return rates
+
+
+def _calibrated(
+    params: BenchParams, folders: list[Path], runs: Path, derived: dict[str, Any]
+) -> tuple[BenchParams, dict[str, Any]]:
+    """`params` with the shared rates refitted to the average JCTs of the ``--calibrate``
+    runs in `folders` (another workload than the one in `runs`), and what the calibration
+    found; `derived` takes the refitted parameters."""
+    cal = mean_summary(folders)
+    cal_csv = folders[0] / "workload.csv"
+    if cal_csv.read_text() == (runs / "workload.csv").read_text():
+        raise SystemExit(
+            "--calibrate: the calibration runs ran the validated workload itself; "
+            "calibrate on another one (say, the same name with another --seed)"
         )
-        skewed = json.loads((folder / "summary.json").read_text())
-        result["with_measured_skew"] = compare(emu, skewed)
-    result["rates"] = rates
-    result["sim_parameters"] = derived
-    if calibration is not None:
-        result["calibration"] = calibration
-    (out / "validation.json").write_text(json.dumps(result, indent=2))
-    section = render_section(result, rates, derived)
-    (out / "validation.md").write_text(section)
-    if out == runs:
-        report = out / "report.md"
-        text = report.read_text() if report.exists() else ""
-        if MARKER in text:
-            text = text[: text.index(MARKER)]
-        report.write_text(text.rstrip("\n") + "\n" + section)
-    print(section)
-    return 0 if result["passed"] else 1
+    means = {name: float(r["avg_jct"]) for name, r in cal["policies"].items()}
+    params, calibration = calibrate(params, read_workload(cal_csv), means)
+    calibration["folders"] = cal["folders"]
+    calibration["emu_runs"] = {n: r["runs"] for n, r in cal["policies"].items()}
+    calibration["probe_parameters"] = {f: derived[f] for f in CALIBRATED}
+    derived.update(calibration["parameters"])
+    return params, calibration
+
+
+def _simulate_with_skew(
+    runs: Path, out: Path, policies: list[str], params: BenchParams, skew: float
+) -> dict[str, Any]:
+    """The simulation again with its worker_skew_s set to the measured hold time (not a
+    BenchParams field, so through run_bench with a runner of this package), in
+    ``sim-skew``; its summary.json."""
+    folder = out / "sim-skew"
+    folder.mkdir(parents=True, exist_ok=True)
+    run_bench(
+        read_workload(runs / "workload.csv"),
+        policies,
+        params,
+        skewed_runner(skew),
+        out=folder,
+        workload=str(runs / "workload.csv"),
+        backend="sim",
+        command=f"bench.jct.validate (sim, worker_skew_s={skew:.6g})",
+    )
+    skewed: dict[str, Any] = json.loads((folder / "summary.json").read_text())
+    return skewed

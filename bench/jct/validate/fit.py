@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from bench.jct.emu import EMU_AGGREGATORS, EMU_WINDOW
@@ -162,13 +163,45 @@ def _setup_s(rates: dict[str, Any]) -> float:
     return statistics.fmean([rates["static"]["fixed_s"], rates["atp"]["fixed_s"]])
 
 
+@dataclass(frozen=True, slots=True)
+class _Probes:
+    """What the probes measured, as the fit reads it: gradient bytes, jobs run together,
+    compute seconds per iteration, and each probe's seconds per iteration (None: not run);
+    `live_share`: the measured occupancy's share of aggregators live, when measured."""
+
+    grad: int
+    concurrent: int
+    compute_s: float
+    static: float
+    atp: float
+    esa: float | None
+    one_fragment: float | None
+    static_alone: float | None
+    live_share: float | None
+
+    @classmethod
+    def of(cls, rates: dict[str, Any]) -> _Probes:
+        def per_iteration(name: str) -> float | None:
+            return rates[name]["per_iteration_s"] if name in rates else None
+
+        occupancy = rates.get("occupancy")
+        return cls(
+            grad=int(rates["probe_bytes"]),
+            concurrent=int(rates.get("probe_jobs", 1)),
+            compute_s=float(rates.get("probe_compute_s", 0.0)),
+            static=rates["static"]["per_iteration_s"],
+            atp=rates["atp"]["per_iteration_s"],
+            esa=per_iteration("esa"),
+            one_fragment=per_iteration("overhead"),
+            static_alone=per_iteration("static_alone"),
+            live_share=float(occupancy["live_share"]) if occupancy else None,
+        )
+
+
 def matched_params(rates: dict[str, Any]) -> tuple[BenchParams, float | None, dict[str, Any]]:
     """Simulator parameters that reproduce the probes (module docstring, step 2). Each moves
     the others a little, so the fit alternates until the rates settle (at most 6 rounds)."""
-    grad = int(rates["probe_bytes"])
-    c = int(rates.get("probe_jobs", 1))
-    cs = float(rates.get("probe_compute_s", 0.0))
-    setup = _setup_s(rates)
+    probes = _Probes.of(rates)
     # Rates measured before the pool was recorded are the default configuration's.
     pool = int(rates.get("aggregators", EMU_AGGREGATORS))
     window = int(rates.get("window", EMU_WINDOW))
@@ -177,53 +210,17 @@ def matched_params(rates: dict[str, Any]) -> tuple[BenchParams, float | None, di
         window=window,
         lanes=64,
         ps_processes="1",
-        job_setup_s=max(0.0, setup),
+        job_setup_s=max(0.0, _setup_s(rates)),
         ps_switch_cost=1.0,
     )
-    atp_t = rates["atp"]["per_iteration_s"]
-    static_t = rates["static"]["per_iteration_s"]
-    esa_t = rates["esa"]["per_iteration_s"] if "esa" in rates else None
-    tiny_t = rates["overhead"]["per_iteration_s"] if "overhead" in rates else None
-    alone_t = rates["static_alone"]["per_iteration_s"] if "static_alone" in rates else None
-    shared = alone_t is not None  # the switch's packet rate is measured by jobs sharing it
-    if shared:
+    if probes.static_alone is not None:  # the switch's packet rate is measured by jobs sharing it
         base = base.with_value("link_gbps", "1000")
-    occupancy = rates.get("occupancy")
     skew: float | None = None
     previous: tuple[float, ...] = ()
     rounds = 0
     while rounds < 6:
         rounds += 1
-        if tiny_t is not None:
-            overhead = _fit_overhead(tiny_t, base, c, cs)
-            base = base.with_value("iteration_overhead_s", repr(overhead))
-        if shared:
-            assert alone_t is not None
-            pps = sim_rate_for(
-                "switch_pps", "static", static_t, grad, base, c, skew, (1, 1e9), compute_s=cs
-            )
-            base = base.with_value("switch_pps", repr(pps))
-            link = sim_rate_for("link_gbps", "static", alone_t, grad, base, 1, skew, compute_s=cs)
-        else:
-            link = sim_rate_for("link_gbps", "static", static_t, grad, base, c, skew, compute_s=cs)
-        base = base.with_value("link_gbps", repr(link))
-        if esa_t is not None:
-            # What esa's probe adds to static's is mostly each fragment's copy to the PS, off
-            # the critical path: it costs the shared CPU only, so the PS is made fast here.
-            fast = base.with_value("ps_gbps", "1000")
-            cost = sim_rate_for(
-                "ps_switch_cost", "esa", esa_t, grad, fast, c, skew, (1e-3, 20.0),
-                slower_with_more=True, compute_s=cs,
-            )  # fmt: skip
-            base = base.with_value("ps_switch_cost", repr(cost))
-        fast_ps = base.with_value("ps_gbps", "1000")
-        if atp_t <= _sim_per_iteration("atp", grad, fast_ps, c, skew, cs):
-            ps = 1000.0  # the PS is not slower than the switch path: it does not bind
-        else:
-            ps = sim_rate_for("ps_gbps", "atp", atp_t, grad, base, c, skew, compute_s=cs)
-        base = base.with_value("ps_gbps", repr(ps))
-        if occupancy:
-            skew = sim_skew_for(float(occupancy["live_share"]), grad, base, c)
+        base, skew = _fit_round(base, probes, skew)
         now = (
             base.link_gbps,
             base.ps_gbps,
@@ -237,13 +234,6 @@ def matched_params(rates: dict[str, Any]) -> tuple[BenchParams, float | None, di
         ):
             break
         previous = now
-    # What the fitted simulator gives each probe: the fit has as many rates as probes, but a
-    # rate at an end of its range (ps_gbps 1000: the PS does not bind) leaves a residual.
-    refit = {name: _sim_per_iteration(name, grad, base, c, skew, cs) for name in policy_names()}
-    refit |= {
-        "overhead": _sim_per_iteration("static", FRAGMENT_BYTES, base, c, skew, cs),
-        "static_alone": _sim_per_iteration("static", grad, base, 1, skew, cs),
-    }
     derived = {
         "link_gbps": base.link_gbps,
         "ps_gbps": base.ps_gbps,
@@ -256,12 +246,65 @@ def matched_params(rates: dict[str, Any]) -> tuple[BenchParams, float | None, di
         "switch_pps": base.switch_pps,
         "ps_switch_cost": base.ps_switch_cost,
         "worker_skew_s": skew,
-        "static_per_iteration_s": static_t,
-        "atp_per_iteration_s": atp_t,
-        "esa_per_iteration_s": esa_t,
-        "one_fragment_per_iteration_s": tiny_t,
-        "static_alone_per_iteration_s": alone_t,
+        "static_per_iteration_s": probes.static,
+        "atp_per_iteration_s": probes.atp,
+        "esa_per_iteration_s": probes.esa,
+        "one_fragment_per_iteration_s": probes.one_fragment,
+        "static_alone_per_iteration_s": probes.static_alone,
         "fit_rounds": rounds,
-        "sim_probe_per_iteration_s": refit,
+        "sim_probe_per_iteration_s": _refit(base, probes, skew),
     }
     return base, skew, derived
+
+
+def _fit_round(
+    base: BenchParams, probes: _Probes, skew: float | None
+) -> tuple[BenchParams, float | None]:
+    """One round of the fit, each rate in turn from the others' current values: the
+    iteration overhead, the switch's packet rate and the link, the PS packet's cost on the
+    shared CPU, the PS's rate, and the worker skew."""
+    grad, c, cs = probes.grad, probes.concurrent, probes.compute_s
+    if probes.one_fragment is not None:
+        overhead = _fit_overhead(probes.one_fragment, base, c, cs)
+        base = base.with_value("iteration_overhead_s", repr(overhead))
+    if probes.static_alone is not None:
+        pps = sim_rate_for(
+            "switch_pps", "static", probes.static, grad, base, c, skew, (1, 1e9), compute_s=cs
+        )
+        base = base.with_value("switch_pps", repr(pps))
+        link = sim_rate_for(
+            "link_gbps", "static", probes.static_alone, grad, base, 1, skew, compute_s=cs
+        )
+    else:
+        link = sim_rate_for("link_gbps", "static", probes.static, grad, base, c, skew, compute_s=cs)
+    base = base.with_value("link_gbps", repr(link))
+    if probes.esa is not None:
+        # What esa's probe adds to static's is mostly each fragment's copy to the PS, off
+        # the critical path: it costs the shared CPU only, so the PS is made fast here.
+        fast = base.with_value("ps_gbps", "1000")
+        cost = sim_rate_for(
+            "ps_switch_cost", "esa", probes.esa, grad, fast, c, skew, (1e-3, 20.0),
+            slower_with_more=True, compute_s=cs,
+        )  # fmt: skip
+        base = base.with_value("ps_switch_cost", repr(cost))
+    fast_ps = base.with_value("ps_gbps", "1000")
+    if probes.atp <= _sim_per_iteration("atp", grad, fast_ps, c, skew, cs):
+        ps = 1000.0  # the PS is not slower than the switch path: it does not bind
+    else:
+        ps = sim_rate_for("ps_gbps", "atp", probes.atp, grad, base, c, skew, compute_s=cs)
+    base = base.with_value("ps_gbps", repr(ps))
+    if probes.live_share is not None:
+        skew = sim_skew_for(probes.live_share, grad, base, c)
+    return base, skew
+
+
+def _refit(base: BenchParams, probes: _Probes, skew: float | None) -> dict[str, float]:
+    """What the fitted simulator gives each probe: the fit has as many rates as probes, but a
+    rate at an end of its range (ps_gbps 1000: the PS does not bind) leaves a residual."""
+    grad, c, cs = probes.grad, probes.concurrent, probes.compute_s
+    refit = {name: _sim_per_iteration(name, grad, base, c, skew, cs) for name in policy_names()}
+    refit |= {
+        "overhead": _sim_per_iteration("static", FRAGMENT_BYTES, base, c, skew, cs),
+        "static_alone": _sim_per_iteration("static", grad, base, 1, skew, cs),
+    }
+    return refit

@@ -47,7 +47,7 @@ export const api = {
     if (state) q.set("state", state);
     return request(`/jobs?${q}`);
   },
-  queue: () => request("/jobs/queue"),
+  queue: () => request("/queue"),
   job: (id) => request(`/jobs/${encodeURIComponent(id)}`),
   cancel: (id) => request(`/jobs/${encodeURIComponent(id)}`, { method: "DELETE" }),
   switch: () => request("/switch"),
