@@ -36,7 +36,15 @@ from api.store.crud import get_job, list_jobs
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 
-@router.post("", status_code=201, summary="submit a job")
+@router.post(
+    "",
+    status_code=201,
+    responses={
+        403: {"description": "priority_class above the tenant's ceiling (max_priority_class)"},
+        429: {"description": "the tenant submits faster than its rate; see Retry-After"},
+    },
+    summary="submit a job",
+)
 async def submit(
     spec: JobCreate,
     api_token: Annotated[str, Depends(bearer_token)],
