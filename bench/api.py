@@ -124,8 +124,14 @@ def _service(database_url: str, data_dir: Path, policy: str) -> Iterator[tuple[s
     cmd = [sys.executable, "-m", "cli", "--log-level", "WARNING", "up", "--switch", "memory"]
     cmd += ["--port", str(port), "--data-dir", str(data_dir), "--database-url", database_url]
     cmd += ["--policy", policy]
-    # Admitted backlog jobs never see a worker: keep them admitted for the whole run.
-    env = {**os.environ, "INASCHED_JOIN_TIMEOUT_S": "86400"}
+    # Admitted backlog jobs never see a worker: keep them admitted for the whole run. The one
+    # tenant's clients stand for many tenants': no submission rate holds them.
+    env = {
+        **os.environ,
+        "INASCHED_JOIN_TIMEOUT_S": "86400",
+        "INASCHED_TENANT_SUBMIT_RATE": "1000000",
+        "INASCHED_TENANT_SUBMIT_BURST": "1000000",
+    }
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )

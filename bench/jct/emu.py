@@ -265,6 +265,10 @@ class _Service:
                 window=config.window,
                 seed=params.seed,
                 port=self.port,
+                # The harness's one tenant stands for a whole cluster's: no tenant limits.
+                tenant_max_priority_class=15,
+                tenant_submit_rate=1e6,
+                tenant_submit_burst=1_000_000,
             )
         )
         app = create_app(settings)
