@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -118,22 +118,26 @@ def _free_port() -> int:
 
 
 @contextmanager
-def _service(database_url: str, data_dir: Path, policy: str) -> Iterator[tuple[str, str]]:
-    """A service process on `database_url`; yields ``(base URL, tenant token)``."""
+def _service(
+    database_url: str, data_dir: Path, policy: str, env: Mapping[str, str] | None = None
+) -> Iterator[tuple[str, str]]:
+    """A service process on `database_url` (with `env`'s settings too); yields ``(base URL,
+    tenant token)``."""
     port = _free_port()
     cmd = [sys.executable, "-m", "cli", "--log-level", "WARNING", "up", "--switch", "memory"]
     cmd += ["--port", str(port), "--data-dir", str(data_dir), "--database-url", database_url]
     cmd += ["--policy", policy]
     # Admitted backlog jobs never see a worker: keep them admitted for the whole run. The one
     # tenant's clients stand for many tenants': no submission rate holds them.
-    env = {
+    environment = {
         **os.environ,
         "INASCHED_JOIN_TIMEOUT_S": "86400",
         "INASCHED_TENANT_SUBMIT_RATE": "1000000",
         "INASCHED_TENANT_SUBMIT_BURST": "1000000",
+        **(env or {}),
     }
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment
     )
     try:
         token = None

@@ -18,7 +18,7 @@ import json
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,10 +78,11 @@ def format_sse(event: Event) -> str:
     return f"event: {event.kind}\ndata: {json.dumps(event.data, separators=(',', ':'))}\n\n"
 
 
-def _offer(queue: asyncio.Queue[str | None], text: str | None) -> None:
-    if queue.full():
-        queue.get_nowait()
-    queue.put_nowait(text)
+def _offer_all(batch: list[tuple[Subscription, str | None]]) -> None:
+    for sub, text in batch:
+        if sub.queue.full():
+            sub.queue.get_nowait()
+        sub.queue.put_nowait(text)
 
 
 class EventBus:
@@ -139,9 +140,12 @@ class EventBus:
         if not subs:
             return
         whole = format_sse(event)
-        for sub, text in zip(subs, self._texts(event, whole, subs), strict=True):
-            if text is not None:
-                self._send(sub, text)
+        deliveries = [
+            (sub, text)
+            for sub, text in zip(subs, self._texts(event, whole, subs), strict=True)
+            if text is not None
+        ]
+        self._deliver(deliveries)
 
     def first_switch(self, event: Event, *, tenant_id: int, admin: bool) -> str:
         """The wire text of a ``switch`` event as one new stream sees it (its first event)."""
@@ -172,8 +176,7 @@ class EventBus:
             ended = [sub for sub in self._subs if sub.digest in wanted]
             for sub in ended:
                 self._drop(sub)
-        for sub in ended:
-            self._send(sub, None)
+        self._deliver([(sub, None) for sub in ended])
         return len(ended)
 
     def close(self) -> None:
@@ -182,15 +185,20 @@ class EventBus:
             subs = list(self._subs)
             self._subs.clear()
             self._per_tenant.clear()
-        for sub in subs:
-            self._send(sub, None)
+        self._deliver([(sub, None) for sub in subs])
 
-    def _send(self, sub: Subscription, text: str | None) -> None:
-        try:
-            sub.loop.call_soon_threadsafe(_offer, sub.queue, text)
-        except RuntimeError:
-            # The subscriber's loop is closed: the stream is gone without unsubscribing.
-            self.unsubscribe(sub)
+    def _deliver(self, deliveries: Sequence[tuple[Subscription, str | None]]) -> None:
+        # One wake-up of each subscribers' loop per event, not one per subscriber.
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Subscription, str | None]]] = {}
+        for sub, text in deliveries:
+            by_loop.setdefault(sub.loop, []).append((sub, text))
+        for loop, batch in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_offer_all, batch)
+            except RuntimeError:
+                # The subscribers' loop is closed: their streams are gone without unsubscribing.
+                for sub, _ in batch:
+                    self.unsubscribe(sub)
 
 
 class StreamWatch:

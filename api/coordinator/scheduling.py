@@ -30,6 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.coordinator.counters import settle_counters, switch_view, track_starvation
+from api.coordinator.durations import Durations
 from api.coordinator.events import Event, EventBus
 from api.coordinator.jobstore import SqlJobStore
 from api.coordinator.jobviews import QueueReasons, job_public, load_jobs
@@ -109,6 +110,9 @@ class Coordinator:
         self.clock = clock
         # The reaper's own clock, to notice when it could not watch (tests may replace it).
         self.monotonic: Callable[[], float] = time.monotonic
+        # How long decision rounds and ticks (the workers' watch) take, for /metrics.
+        self.round_times = Durations()
+        self.tick_times = Durations()
         self._last_reap: tuple[float, datetime] | None = None  # (monotonic, wall) of it
         self.ps_registry = ps_registry
         self.lock = threading.RLock()
@@ -214,11 +218,13 @@ class Coordinator:
 
     def _tick_loop(self) -> None:
         while not self._stop.wait(self.tick_s):
+            started = time.perf_counter()
             try:
                 self.tick()
             except Exception:
                 # The loop must outlive a bad tick (switch briefly away, database hiccup).
                 log.exception("scheduling tick failed")
+            self.tick_times.record(time.perf_counter() - started)
 
     def tick(self) -> None:
         """One period: fail silent jobs, re-rank after progress, publish the switch view."""
@@ -281,6 +287,7 @@ class Coordinator:
             # the price of a later decision. Another part grows with the jobs submitted since
             # the last round, so an unbounded pause would feed itself: ROUND_PAUSE_MAX_S caps it.
             took = time.perf_counter() - started
+            self.round_times.record(took)
             self._stop.wait(min(max(ROUND_GAP_S, ROUND_PAUSE * took), ROUND_PAUSE_MAX_S))
 
     @property

@@ -57,6 +57,7 @@ def render_metrics(session: Session, coord: Coordinator, *, tenants: bool = Fals
         "Progress reports the switch's per-job counters did not support (capped for priority).",
         [f"inasched_unsupported_progress_total {unsupported}"],
     )
+    lines += _loops(coord)
     source = coord.ps_registry
     lines += _ps(source.counters() if isinstance(source, PsCounterSource) else None)
     return "\n".join(lines) + "\n"
@@ -118,6 +119,29 @@ def _switch(coord: Coordinator) -> list[str]:
             for r, n in sorted(coord.drops.items())
         ),
     )
+    return lines
+
+
+def _loops(coord: Coordinator) -> list[str]:
+    """How long the decision rounds and the scheduling ticks (which watch the workers' heartbeats
+    and read the switch) take: summaries, and the longest pass so far."""
+    lines: list[str] = []
+    for name, what, times in (
+        ("inasched_decision_round_seconds", "Decision rounds", coord.round_times),
+        ("inasched_scheduling_tick_seconds", "Scheduling ticks", coord.tick_times),
+    ):
+        lines += _family(
+            name,
+            "summary",
+            f"{what}: seconds each took.",
+            [f"{name}_sum {times.total_s:.6f}", f"{name}_count {times.count}"],
+        )
+        lines += _family(
+            f"{name}_max",
+            "gauge",
+            f"{what}: the longest so far, seconds.",
+            [f"{name}_max {times.max_s:.6f}"],
+        )
     return lines
 
 
