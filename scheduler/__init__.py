@@ -2,11 +2,10 @@
 
 For the REST service
 --------------------
-Build one `Scheduler` and call ``decide`` on every job event (the ``on_submit``,
-``on_progress``, ``on_finish`` and ``on_cancel`` aliases are the same call)::
+Build one `Scheduler` from a `PolicySpec` and call ``decide`` on every job event::
 
-    sched = Scheduler("esa", "srtf", Pool(aggregators=8192, lanes=64), levels=16, aging_s=60.0,
-                      seed=0)
+    sched = Scheduler(PolicySpec("esa", "srtf", levels=16, aging_s=60.0),
+                      Pool(aggregators=8192, lanes=64), seed=0)
     snap = sched.snapshot(now=clock.now(), jobs=[JobView(...), ...])  # every live job, plus
     decisions = sched.decide(snap)  # terminal ones still holding memory
 
@@ -21,8 +20,8 @@ to a `JobStore` and a ``p4ctl`` `SwitchBackend`; the service and both simulators
 - ``SetPriority(job_id, level)``: the job's ``job_table`` priority := ``level`` (higher wins).
 - ``Reclaim(job_id, partition)``: free the job's memory and its switch job id; idempotent.
 
-``sched.aggregator_params(job_view) -> AggregatorParams`` is what a joining worker needs
-(static: partition base and slots; atp/esa: pool size and hash seed; lanes). Lifecycle
+The applier keeps each admitted job's `Placement` (switch job id, switch rule, partition or
+hash seed and shared pool): what a joining worker is told and the switch is given. Lifecycle
 changes go through ``check_transition(job_id, old, new)`` (``DecisionApplier.transition``),
 which raises `IllegalTransition` (map to HTTP 409). Every deliberate error derives from
 `SchedulerError`. Policy and priority names are listed in `scheduler.registry`
@@ -31,7 +30,7 @@ wall time, the simulators virtual time.
 
 Simulation
 ----------
-``simulate(load_workload("philly"), SimConfig(policy="esa"))`` is the aggregate model
+``simulate(load_workload("philly"), SimConfig(PolicySpec("esa")))`` is the aggregate model
 (whole workloads in seconds of CPU); ``simulate_fragments`` is the packet-level reference
 that drives ``p4ctl.rule.process``. Both return a `RunResult`. Workload names:
 ``philly``, ``synthetic-N``, or a path to a workload CSV (format in `scheduler.workload`).
@@ -55,11 +54,12 @@ from scheduler.priority import PRIORITIES, levels, register_priority
 from scheduler.registry import (
     POLICIES,
     make_policy,
+    policy_class,
     policy_names,
     priority_names,
     register_policy,
 )
-from scheduler.scheduler import AggregatorParams, Scheduler
+from scheduler.scheduler import Scheduler
 from scheduler.simulator import simulate
 from scheduler.snapshot import (
     Admit,
@@ -72,11 +72,11 @@ from scheduler.snapshot import (
     Snapshot,
     hash_seed,
 )
+from scheduler.spec import PolicySpec
 from scheduler.workload import JobSpec, load_workload, read_workload, write_workload
 
 __all__ = [
     "Admit",
-    "AggregatorParams",
     "Clock",
     "Decision",
     "DecisionApplier",
@@ -92,6 +92,7 @@ __all__ = [
     "PRIORITIES",
     "Partition",
     "Policy",
+    "PolicySpec",
     "Pool",
     "Queue",
     "Reclaim",
@@ -112,6 +113,7 @@ __all__ = [
     "levels",
     "load_workload",
     "make_policy",
+    "policy_class",
     "policy_names",
     "priority_names",
     "read_workload",

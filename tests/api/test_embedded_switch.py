@@ -14,7 +14,9 @@ from api.settings import Settings
 
 def test_embedded_switch_is_a_p4runtime_client(tmp_path: Path) -> None:
     closers: list[Callable[[], None]] = []
-    settings = Settings(data_dir=tmp_path, switch="embedded", aggregators=512, lanes=64)
+    settings = Settings(
+        data_dir=tmp_path, switch={"target": "embedded", "aggregators": 512, "lanes": 64}
+    )
     try:
         backend, data = connect_switch(settings, closers)
         assert isinstance(backend, SwitchClient)
