@@ -22,6 +22,7 @@ from pydantic.config import JsonDict
 
 from scheduler.memory import JobState
 from scheduler.registry import policy_names, priority_names
+from scheduler.spec import MAX_LEVELS
 from scheduler.workload import model_table
 
 __all__ = [
@@ -321,7 +322,7 @@ class PolicyUpdate(BaseModel):
 
     policy: PolicyName
     priority: PriorityName | None = None
-    levels: Annotated[int, Field(ge=1, le=256), BeforeValidator(_json_integer)] | None = None
+    levels: Annotated[int, Field(ge=1, le=MAX_LEVELS), BeforeValidator(_json_integer)] | None = None
     aging_s: float | None = Field(default=None, gt=0, le=1e6)
 
 

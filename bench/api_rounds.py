@@ -22,13 +22,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.coordinator.events import EventBus
 from api.coordinator.scheduling import Coordinator
-from api.coordinator.topology import PolicyConfig, Topology
+from api.coordinator.topology import Topology
 from api.schemas import JobCreate
 from api.settings import Settings
 from api.store.crud import create_job, create_tenant_token, new_job, tenant_for_token
 from api.store.db import open_database
 from api.store.models import Job
 from scheduler.memory import JobState
+from scheduler.spec import PolicySpec
 
 __all__ = ["RoundTime", "fill_store", "round_times"]
 
@@ -71,15 +72,15 @@ def fill_store(sessions: sessionmaker[Session], *, tenant: str, jobs: int) -> in
 
 @contextmanager
 def _coordinator(sessions: sessionmaker[Session], policy: str) -> Iterator[Coordinator]:
-    settings = Settings(policy=policy)
-    # No data plane, as in the benchmark's service.
-    backend = InMemorySwitch(settings.aggregators, settings.lanes)
+    settings = Settings(policy=PolicySpec(policy))
+    # No data plane: the tables stay plain dicts, as in the benchmark's service.
+    backend = InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
     coord = Coordinator(
         sessions=sessions,
         backend=backend,
         topology=Topology(switch_data=DISCARD, ps=DISCARD),
         events=EventBus(),
-        policy=PolicyConfig(policy, settings.priority, settings.priority_levels, settings.aging_s),
+        policy=settings.policy,
         seed=settings.seed,
         tick_s=settings.tick_s,
         heartbeat_interval_s=settings.heartbeat_interval_s,

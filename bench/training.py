@@ -180,7 +180,13 @@ class _Service:
 
         port = _free_port()
         settings = Settings.model_validate(
-            dict(data_dir=data_dir, lanes=lanes, window=window, port=port, heartbeat_timeout_s=60.0)
+            dict(
+                data_dir=data_dir,
+                switch={"lanes": lanes},
+                window=window,
+                http={"port": port},
+                heartbeat_timeout_s=60.0,
+            )
         )
         app = create_app(settings)
         with app.state.service.sessions() as session:

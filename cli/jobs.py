@@ -21,6 +21,7 @@ from scheduler.workload import UnknownModel, find_model
 __all__ = [
     "DEFAULT_URL",
     "ExitCode",
+    "add_job_flags",
     "add_jobs_parser",
     "fail",
     "http_error",
@@ -107,21 +108,7 @@ def add_jobs_parser(
         "table) or --gradient-bytes.",
     )
     submit.add_argument("name", help="a name for the job (letters, digits, . _ - and spaces)")
-    submit.add_argument("--workers", type=int, required=True, help="data-parallel workers, 1..32")
-    submit.add_argument("--iterations", type=int, required=True, help="iterations to run")
-    submit.add_argument(
-        "--model",
-        help="a model of the table, case and punctuation ignored (resnet50, bert, vgg16)",
-    )
-    submit.add_argument(
-        "--gradient-bytes", type=int, help="fp32 gradient bytes per iteration (instead of --model)"
-    )
-    submit.add_argument(
-        "--priority-class", type=int, default=0, help="user class 0..15, higher first (static)"
-    )
-    submit.add_argument(
-        "--window", type=int, help="fragments in flight, 1..4096 (default: the service's)"
-    )
+    add_job_flags(submit)
     submit.add_argument("--json", action="store_true", help="print the service's JSON")
     limits = actions.add_parser(
         "limits", parents=[client], help="what your tenant may do (priority classes, quotas)"
@@ -130,6 +117,25 @@ def add_jobs_parser(
     cancel = actions.add_parser("cancel", parents=[client], help="cancel a job")
     cancel.add_argument("job_id", type=int, help="the job's id")
     cancel.add_argument("--json", action="store_true", help="print the service's JSON")
+
+
+def add_job_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of a job's spec (`jobs submit`, `launch`), which `submit_body` reads."""
+    parser.add_argument("--workers", type=int, required=True, help="data-parallel workers, 1..32")
+    parser.add_argument("--iterations", type=int, required=True, help="iterations to run")
+    parser.add_argument(
+        "--model",
+        help="a model of the table, case and punctuation ignored (resnet50, bert, vgg16)",
+    )
+    parser.add_argument(
+        "--gradient-bytes", type=int, help="fp32 gradient bytes per iteration (instead of --model)"
+    )
+    parser.add_argument(
+        "--priority-class", type=int, default=0, help="user class 0..15, higher first (static)"
+    )
+    parser.add_argument(
+        "--window", type=int, help="fragments in flight, 1..4096 (default: the service's)"
+    )
 
 
 def no_token() -> int:

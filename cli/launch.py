@@ -31,7 +31,16 @@ from typing import Any
 
 import httpx
 
-from cli.jobs import ExitCode, UsageError, fail, http_error, no_token, submit_body, unreachable
+from cli.jobs import (
+    ExitCode,
+    UsageError,
+    add_job_flags,
+    fail,
+    http_error,
+    no_token,
+    submit_body,
+    unreachable,
+)
 from scheduler.memory import JobState
 
 __all__ = ["LAUNCH_EXIT_CODES_HELP", "LaunchExit", "add_launch_parser", "run_launch"]
@@ -94,20 +103,7 @@ def add_launch_parser(
         usage="inasched launch --workers N (--model M | --gradient-bytes B) --iterations I "
         "[options] -- SCRIPT|-m MODULE [ARGS]",
     )
-    launch.add_argument("--workers", type=int, required=True, help="data-parallel workers, 1..32")
-    launch.add_argument("--iterations", type=int, required=True, help="iterations to run")
-    launch.add_argument(
-        "--model", help="a model of the table, case and punctuation ignored (resnet50, bert)"
-    )
-    launch.add_argument(
-        "--gradient-bytes", type=int, help="fp32 gradient bytes per iteration (instead of --model)"
-    )
-    launch.add_argument(
-        "--priority-class", type=int, default=0, help="user class 0..15, higher first (static)"
-    )
-    launch.add_argument(
-        "--window", type=int, help="fragments in flight, 1..4096 (default: the service's)"
-    )
+    add_job_flags(launch)
     launch.add_argument("--name", help="the job's name (default: the script's or module's)")
     launch.add_argument(
         "--queue-wait",

@@ -24,6 +24,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from p4ctl.p4info import MAX_AGGREGATORS
@@ -42,6 +43,10 @@ from cli.jobs import (
 from cli.launch import add_launch_parser, run_launch
 from cli.tokens import add_token_parser, run_tokens
 from scheduler.registry import policy_names, priority_names
+
+if TYPE_CHECKING:
+    import uvicorn
+    from fastapi import FastAPI
 
 __all__ = ["build_parser", "main"]
 
@@ -75,19 +80,35 @@ global options, accepted in any position:
   --token TOKEN   a tenant API token (default: $INASCHED_TOKEN)
 
 settings not given as flags come from INASCHED_* environment variables
-(INASCHED_POLICY, INASCHED_AGGREGATORS, INASCHED_DATABASE_URL, ...: see the README).
+(INASCHED_POLICY_POLICY, INASCHED_SWITCH_AGGREGATORS, INASCHED_DATABASE_URL, ...: see the README).
 
 {EXIT_CODES_HELP}
 """
 
 
+# Flag (its argparse dest) -> the setting it gives: "field" or "section.field".
+FLAG_SETTINGS = {
+    "host": "http.host", "port": "http.port", "data_dir": "data_dir",
+    "database_url": "database.url", "switch": "switch.target", "switch_data": "switch.data",
+    "switch_device_id": "switch.device_id", "switch_thrift": "switch.thrift",
+    "p4_config": "switch.p4_config", "ps": "ps.address", "aggregators": "switch.aggregators",
+    "lanes": "switch.lanes", "policy": "policy.policy", "priority": "policy.priority",
+    "standby": "standby.enabled",
+}  # fmt: skip
+
+
 def _settings(args: argparse.Namespace) -> Settings:
-    names = (
-        "host", "port", "data_dir", "database_url", "switch", "switch_data", "switch_device_id",
-        "switch_thrift", "p4_config", "ps", "aggregators", "lanes", "policy", "priority",
-        "standby",
-    )  # fmt: skip
-    given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    """The settings the flags in `args` give, the others from the environment."""
+    given: dict[str, Any] = {}
+    for dest, setting in FLAG_SETTINGS.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        section, _, field = setting.rpartition(".")
+        if section:
+            given.setdefault(section, {})[field] = value
+        else:
+            given[field] = value
     return Settings(**given)
 
 
@@ -163,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         default=None,
         help="while another service holds the store, serve reads and take over when it stops "
-        "(INASCHED_STANDBY; docs/OPERATIONS.md)",
+        "(INASCHED_STANDBY_ENABLED; docs/OPERATIONS.md)",
     )
     demo = sub.add_parser(
         "demo",
@@ -287,7 +308,35 @@ def _tune_interpreter() -> None:
 
 
 def _serve(args: argparse.Namespace, *, demo: bool, keep_serving: bool) -> int:
-    import uvicorn
+    started = _start_service(args)
+    if isinstance(started, int):
+        return started
+    settings, app, token = started
+    service = app.state.service
+    url = f"http://{settings.http.host}:{settings.http.port}"
+    server, thread = _http_server(app, settings)
+    if not _listening(server, thread):
+        service.stop()
+        return fail(
+            f"cannot listen on {settings.http.host}:{settings.http.port} (address in use?): "
+            "--port (INASCHED_HTTP_PORT) picks another port, --host (INASCHED_HTTP_HOST) "
+            "another address",
+            ExitCode.UNREACHABLE,
+        )
+    _tune_interpreter()
+    _announce(url, settings, leading=service.leading, tenant=args.tenant, token=token)
+    try:
+        _serve_until_stopped(url, token, thread, demo=demo, keep_serving=keep_serving)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        service.stop()
+    return 0
+
+
+def _start_service(args: argparse.Namespace) -> tuple[Settings, FastAPI, str] | int:
+    """``(settings, app, token)``: the app of the flags' settings with its service started,
+    and a new token of ``--tenant``; or the exit status of what failed, said in one line."""
     from p4ctl.errors import SwitchError
 
     from api.http.app import create_app
@@ -311,30 +360,46 @@ def _serve(args: argparse.Namespace, *, demo: bool, keep_serving: bool) -> int:
         return fail(f"cannot start: {exc}", ExitCode.UNREACHABLE)
     with service.sessions() as session:
         token = create_tenant_token(session, tenant=args.tenant)
+    return settings, app, token
+
+
+def _http_server(app: FastAPI, settings: Settings) -> tuple[uvicorn.Server, threading.Thread]:
+    """A uvicorn server for `app` where the settings say, running in a thread of its own."""
+    import uvicorn
+
     config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level="warning",
+        app, host=settings.http.host, port=settings.http.port, log_level="warning",
         timeout_graceful_shutdown=3, timeout_keep_alive=30,
     )  # fmt: skip
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="inasched-http", daemon=True)
     thread.start()
+    return server, thread
+
+
+def _listening(server: uvicorn.Server, thread: threading.Thread) -> bool:
+    """Whether `server` came up; False when its thread ended first (the address is taken)."""
     while not server.started:
         if not thread.is_alive():
-            service.stop()
-            return fail(
-                f"cannot listen on {settings.host}:{settings.port} (address in use?): --port "
-                "(INASCHED_PORT) picks another port, --host (INASCHED_HOST) another address",
-                ExitCode.UNREACHABLE,
-            )
+            return False
         thread.join(0.05)
-    _tune_interpreter()
-    url = f"http://{settings.host}:{settings.port}"
-    if not service.leading:
+    return True
+
+
+def _announce(url: str, settings: Settings, *, leading: bool, tenant: str, token: str) -> None:
+    if not leading:
         print(f"inasched is standing by at {url}/: it serves reads and takes over when the "
               "service that holds the store stops", flush=True)  # fmt: skip
-    print(f"inasched is up: dashboard {url}/  (policy {settings.policy})", flush=True)
-    print(f"tenant '{args.tenant}' token: {token}", flush=True)
+    policy = settings.policy.policy
+    print(f"inasched is up: dashboard {url}/  (policy {policy})", flush=True)
+    print(f"tenant '{tenant}' token: {token}", flush=True)
     print("Ctrl-C stops everything.", flush=True)
+
+
+def _serve_until_stopped(
+    url: str, token: str, thread: threading.Thread, *, demo: bool, keep_serving: bool
+) -> None:
+    """Run the demo if asked, then serve until Ctrl-C, SIGTERM or the server's end."""
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -353,10 +418,6 @@ def _serve(args: argparse.Namespace, *, demo: bool, keep_serving: bool) -> int:
         print("stopping", flush=True)
     finally:
         signal.signal(signal.SIGTERM, previous)
-        server.should_exit = True
-        thread.join(timeout=15)
-        service.stop()
-    return 0
 
 
 if __name__ == "__main__":

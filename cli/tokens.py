@@ -79,7 +79,7 @@ def run_tokens(args: argparse.Namespace, settings: Settings) -> int:
     except DatabaseUnavailable as exc:
         return fail(str(exc), ExitCode.UNREACHABLE)
     if not exists and not getattr(args, "init", False):
-        where = f"--data-dir {settings.data_dir}" if not settings.database_url else redacted(url)
+        where = f"--data-dir {settings.data_dir}" if not settings.database.url else redacted(url)
         hint = " (pass --init to create one)" if args.action == "create" else ""
         return fail(
             f"there is no inasched store at {where}: give the --data-dir or --database-url "

@@ -32,11 +32,12 @@ from scheduler.priority import PRIORITIES, levels, register_priority
 from scheduler.registry import (
     POLICIES,
     make_policy,
+    policy_class,
     policy_names,
     priority_names,
     register_policy,
 )
-from scheduler.scheduler import AggregatorParams, Scheduler
+from scheduler.scheduler import Scheduler
 from scheduler.simulator import simulate
 from scheduler.snapshot import (
     Admit,
@@ -49,11 +50,11 @@ from scheduler.snapshot import (
     Snapshot,
     hash_seed,
 )
+from scheduler.spec import PolicySpec
 from scheduler.workload import JobSpec, load_workload, read_workload, write_workload
 
 __all__ = [
     "Admit",
-    "AggregatorParams",
     "Clock",
     "Decision",
     "DecisionApplier",
@@ -69,6 +70,7 @@ __all__ = [
     "PRIORITIES",
     "Partition",
     "Policy",
+    "PolicySpec",
     "Pool",
     "Queue",
     "Reclaim",
@@ -89,6 +91,7 @@ __all__ = [
     "levels",
     "load_workload",
     "make_policy",
+    "policy_class",
     "policy_names",
     "priority_names",
     "read_workload",

@@ -27,7 +27,7 @@ from p4ctl.protocol import Policy as SwitchPolicy
 
 from scheduler.errors import MemoryConflict
 from scheduler.memory import JobState, MemoryMap, Partition, Pool, check_transition
-from scheduler.registry import make_policy
+from scheduler.registry import policy_class
 from scheduler.scheduler import Scheduler
 from scheduler.snapshot import Admit, Decision, JobView, Queue, Reclaim, Reject, SetPriority
 
@@ -41,6 +41,7 @@ __all__ = [
     "SwitchRefused",
     "Waiting",
     "release_now",
+    "switch_rule",
 ]
 
 log = logging.getLogger(__name__)
@@ -62,13 +63,21 @@ class StoredJob:
 @dataclass(frozen=True, slots=True)
 class Placement:
     """Where an admitted job lives in the switch: its switch job id, the policy it was
-    admitted under, and its `partition` (static) or `hash_seed` and `shared_pool` (atp/esa)."""
+    admitted under and the switch `rule` its packets follow (`switch_rule`, resolved once at
+    admission), and its `partition` (static) or `hash_seed` and `shared_pool` (atp/esa)."""
 
     switch_job_id: int
     policy: str
+    rule: SwitchPolicy
     partition: Partition | None
     hash_seed: int | None
     shared_pool: int | None
+
+
+def switch_rule(policy: str) -> SwitchPolicy:
+    """The switch rule the packets of a job admitted under `policy` follow
+    (`Policy.switch_rule`)."""
+    return SwitchPolicy.parse(policy_class(policy).switch_rule())
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +271,7 @@ class DecisionApplier:
         if sid is None:
             self.memory.release(d.job_id)
             return store.set_reason(d.job_id, NoSwitchJobId(self.ids.size))
-        placement = Placement(sid, policy, d.partition, d.hash_seed, shared)
+        placement = Placement(sid, policy, switch_rule(policy), d.partition, d.hash_seed, shared)
         install = self.install_of(placement, fan_in=job.fan_in, priority=job.priority)
         try:
             self.backend.install_job(install)
@@ -282,7 +291,7 @@ class DecisionApplier:
         part = placement.partition
         return JobInstall(
             placement.switch_job_id,
-            SwitchPolicy.parse(make_policy(placement.policy).switch_rule()),
+            placement.rule,
             fan_in,
             part_base=part.base if part else 0,
             part_size=part.slots if part else 0,

@@ -1,5 +1,7 @@
-"""Clocks: the caller owns time, never a policy. The simulator steps a `VirtualClock`; the
-service reads a `WallClock`; both hand ``clock.now()`` to ``Scheduler.snapshot``."""
+"""Clocks: the caller owns time, never a policy. The simulators step a `VirtualClock`; the
+service reads epoch seconds (``time.time``, which its store keeps across restarts);
+`WallClock` is monotonic time for a caller with nothing to keep. Each hands its time to
+``Scheduler.snapshot``."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from typing import Literal
 
 from scheduler.jobs import JobResult
 from scheduler.memory import DEFAULT_WINDOW, Pool
-from scheduler.priority import DEFAULT_AGING_S, DEFAULT_LEVELS
+from scheduler.spec import PolicySpec
 
 __all__ = ["HEADER_BYTES", "PER_JOB", "PsProcesses", "RunResult", "SimConfig", "UtilSample"]
 
@@ -23,7 +23,8 @@ PsProcesses = int | Literal["per-job"]
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
-    """The simulated switch, links and PS. Times in seconds, rates in bits per second.
+    """The simulated policy (`spec`), switch, links and PS. Times in seconds, rates in bits
+    per second.
 
     `worker_skew_s`: each worker of a job starts an iteration's allreduce up to this much later
     than the first (uniform), so an aggregator stays partial until the last one arrives.
@@ -50,8 +51,7 @@ class SimConfig:
     PS packet costs more than a switch packet, so each takes ``ps_switch_cost / switch_pps``).
     """
 
-    policy: str = "esa"
-    priority: str = "srtf"
+    spec: PolicySpec = field(default_factory=PolicySpec)
     pool: Pool = field(default_factory=Pool)
     window: int = DEFAULT_WINDOW
     link_bps: float = 100e9
@@ -63,8 +63,6 @@ class SimConfig:
     worker_skew_s: float = 5e-6
     #: A worker's first retransmission timeout; None: 20 round trips through the PS.
     resend_timeout_s: float | None = None
-    levels: int = DEFAULT_LEVELS
-    aging_s: float = DEFAULT_AGING_S
     #: Priorities are recomputed every time a job completes this share of its iterations.
     progress_step: float = 0.1
     seed: int = 0

@@ -34,8 +34,9 @@ class MemoryConflict(SchedulerError):
     """A reservation that overlaps another job's partition or leaves the pool."""
 
 
-class UnknownName(SchedulerError, KeyError):
-    """A policy or priority function name that is not registered."""
+class UnknownName(SchedulerError, KeyError, ValueError):
+    """A policy or priority function name that is not registered (a ValueError too, so that
+    a pydantic model holding the name reports it as a validation error)."""
 
     def __str__(self) -> str:
         return str(self.args[0])

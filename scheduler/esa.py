@@ -35,7 +35,7 @@ class EsaPolicy(Policy):
         active = [j for j in snapshot.jobs if j.state.holds_memory]
         # A just-admitted job has no level yet in the switch; rank it with the others.
         active += [replace(j, state=JobState.ADMITTED, priority=-1) for j in admitted]
-        ranked = levels(active, self.priority_key, self.levels, self.aging_s)
+        ranked = levels(active, self.priority_key, self.spec.levels, self.spec.aging_s)
         for job in active:
             level = ranked[job.job_id]
             if level != job.priority or job.job_id in new_ids:

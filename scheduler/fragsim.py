@@ -95,14 +95,7 @@ class _FragmentSim:
         self.cfg = cfg
         self.timeout_s = timeout_s
         self.rng = random.Random(cfg.seed)
-        sched = Scheduler(
-            cfg.policy,
-            cfg.priority,
-            cfg.pool,
-            levels=cfg.levels,
-            aging_s=cfg.aging_s,
-            seed=cfg.seed,
-        )
+        sched = Scheduler(cfg.spec, cfg.pool, seed=cfg.seed)
         # Lanes carry no values here: the simulation follows packets, not sums.
         self.backend = InMemorySwitch(cfg.pool.aggregators, 0, rule=True)
         self.table = JobTable(sched, cfg.window, self.backend)
@@ -181,9 +174,9 @@ class _FragmentSim:
         per_frag = rec.spec.grad_bytes / run.frags
         rec.bytes_switch += per_frag * len(run.in_switch)
         rec.bytes_ps += per_frag * (run.frags - len(run.in_switch))
-        before = int(rec.starved_s // self.cfg.aging_s) if self.cfg.aging_s > 0 else 0
+        before = int(rec.starved_s // self.cfg.spec.aging_s) if self.cfg.spec.aging_s > 0 else 0
         rec.starved_s += (now - run.comm_start) * len(run.lost) / run.frags
-        after = int(rec.starved_s // self.cfg.aging_s) if self.cfg.aging_s > 0 else 0
+        after = int(rec.starved_s // self.cfg.spec.aging_s) if self.cfg.spec.aging_s > 0 else 0
         self.sample_memory()
         rec.iterations_done += 1
         run.iteration += 1

@@ -18,6 +18,8 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from p4ctl.rule import is_power_of_two
+
 from scheduler.errors import IllegalTransition, MemoryConflict
 
 __all__ = [
@@ -90,17 +92,13 @@ def partition_slots(window: int) -> int:
     return 1 << (window - 1).bit_length()
 
 
-def _is_power_of_two(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
-
-
 def first_fit(pool: Pool, taken: Iterable[Partition], slots: int) -> Partition | None:
     """The lowest-addressed free range of `slots` slots, or None when none is large enough.
 
     `slots` must be a power of two (`partition_slots`), else ValueError: the switch could not
     check the placement of such a partition.
     """
-    if not _is_power_of_two(slots):
+    if not is_power_of_two(slots):
         raise ValueError(
             f"a static partition has a power-of-two number of slots, got {slots}; "
             "round a window up with partition_slots"
@@ -133,7 +131,7 @@ class MemoryMap:
         a shared pool in use), overflow or a slot count that is not a power of two."""
         if part.base < 0 or part.slots < 1 or part.end > self.pool.aggregators:
             raise MemoryConflict(f"job {job_id}: {part} is outside a pool of {self.pool}")
-        if not _is_power_of_two(part.slots):
+        if not is_power_of_two(part.slots):
             raise MemoryConflict(
                 f"job {job_id}: {part} has {part.slots} slots, not a power of two; the switch "
                 "cannot check its placement"

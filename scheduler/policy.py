@@ -9,11 +9,14 @@ in `scheduler.registry`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from scheduler.memory import JobState
-from scheduler.priority import DEFAULT_AGING_S, DEFAULT_LEVELS, get_priority
+from scheduler.priority import get_priority
 from scheduler.snapshot import Admit, Decision, JobView, Queue, Reclaim, Snapshot, hash_seed
+
+if TYPE_CHECKING:
+    from scheduler.spec import PolicySpec
 
 __all__ = ["Policy"]
 
@@ -32,17 +35,9 @@ class Policy(ABC):
     #: policy's priority levels matter; False when the first claim keeps the aggregator.
     preempts: ClassVar[bool] = False
 
-    def __init__(
-        self,
-        *,
-        priority: str = "srtf",
-        levels: int = DEFAULT_LEVELS,
-        aging_s: float = DEFAULT_AGING_S,
-    ) -> None:
-        self.priority_name = priority
-        self.priority_key = get_priority(priority)
-        self.levels = levels
-        self.aging_s = aging_s
+    def __init__(self, spec: PolicySpec) -> None:
+        self.spec = spec
+        self.priority_key = get_priority(spec.priority)
 
     @classmethod
     def switch_rule(cls) -> str:

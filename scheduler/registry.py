@@ -11,7 +11,7 @@ here. The REST schemas, the CLI choices and the service settings take their name
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from scheduler.ablations import EsaNoPreemptPolicy, EsaNoReleasePolicy
 from scheduler.atp import AtpPolicy
@@ -21,47 +21,53 @@ from scheduler.policy import Policy
 from scheduler.priority import PRIORITIES, get_priority
 from scheduler.static import StaticPolicy
 
+if TYPE_CHECKING:
+    from scheduler.spec import PolicySpec
+
 __all__ = [
     "ABLATIONS",
     "POLICIES",
-    "PolicyFactory",
     "ablation_names",
     "get_priority",
     "make_policy",
+    "policy_class",
     "policy_names",
     "priority_names",
     "register_policy",
 ]
 
-PolicyFactory = Callable[..., Policy]
-
-#: Policy name -> factory; ``factory(priority=, levels=, aging_s=)`` builds one.
-POLICIES: dict[str, PolicyFactory] = {
+#: Policy name -> class; ``cls(spec)`` builds one for a `PolicySpec`.
+POLICIES: dict[str, type[Policy]] = {
     StaticPolicy.name: StaticPolicy,
     AtpPolicy.name: AtpPolicy,
     EsaPolicy.name: EsaPolicy,
 }
 
 #: Ablations of esa, by name; built like the policies, run by the simulators only.
-ABLATIONS: dict[str, PolicyFactory] = {
+ABLATIONS: dict[str, type[Policy]] = {
     EsaNoReleasePolicy.name: EsaNoReleasePolicy,
     EsaNoPreemptPolicy.name: EsaNoPreemptPolicy,
 }
 
 
-def register_policy(name: str, factory: PolicyFactory) -> None:
+def register_policy(name: str, cls: type[Policy]) -> None:
     """Add (or replace) policy `name`, for a policy defined outside this package."""
-    POLICIES[name] = factory
+    POLICIES[name] = cls
 
 
-def make_policy(name: str, **params: object) -> Policy:
-    """A new policy (or ablation) registered as `name`, built with `params`; raises
-    `UnknownName`."""
-    factory = POLICIES.get(name) or ABLATIONS.get(name)
-    if factory is None:
+def policy_class(name: str) -> type[Policy]:
+    """The policy (or ablation) class registered as `name`, whose class attributes say how
+    its switch rule behaves; raises `UnknownName`."""
+    cls = POLICIES.get(name) or ABLATIONS.get(name)
+    if cls is None:
         known = ", ".join(sorted((*POLICIES, *ABLATIONS)))
         raise UnknownName(f"unknown policy {name!r}; known: {known}")
-    return factory(**params)
+    return cls
+
+
+def make_policy(spec: PolicySpec) -> Policy:
+    """A new policy (or ablation) as `spec` says."""
+    return policy_class(spec.policy)(spec)
 
 
 def policy_names() -> tuple[str, ...]:

@@ -9,7 +9,7 @@ t_comm``. An admitted job first spends ``job_setup_s`` holding its admission wit
 uses, driven by a `VirtualClock`. ``scheduler.fragsim`` is the packet-level reference.
 
     >>> from scheduler.workload import load_workload
-    >>> run = simulate(load_workload("synthetic-50"), SimConfig(policy="atp"))
+    >>> run = simulate(load_workload("synthetic-50"), SimConfig(PolicySpec("atp")))
     >>> len(run.jobs)
     50
 """
@@ -39,9 +39,7 @@ _EPS = 1e-9
 
 def simulate(jobs: Sequence[JobSpec], cfg: SimConfig) -> RunResult:
     """Run `jobs` under `cfg`; every job is simulated until it finishes or is rejected."""
-    sched = Scheduler(
-        cfg.policy, cfg.priority, cfg.pool, levels=cfg.levels, aging_s=cfg.aging_s, seed=cfg.seed
-    )
+    sched = Scheduler(cfg.spec, cfg.pool, seed=cfg.seed)
     table = JobTable(sched, cfg.window)
     clock = VirtualClock()
     pending = deque(sorted(jobs, key=lambda j: (j.arrival_s, j.job_id)))
@@ -149,8 +147,8 @@ class _Steady:
         self.steps = [max(1, int(cfg.progress_step * rec.spec.iterations)) for rec in active]
         # Starved seconds gained per second (bypassed or evicted while sending). Only a
         # preempting switch reads priority levels, so only there is aging an event: 0 elsewhere.
-        ages = cfg.aging_s > 0 and policy.preempts
-        self.aging_s = cfg.aging_s
+        ages = cfg.spec.aging_s > 0 and policy.preempts
+        self.aging_s = cfg.spec.aging_s
         self.starving = [r.duty * (r.bypass + r.evict) if ages else 0.0 for r in self.rates]
         live = complete = crit = copies = 0.0
         for rate in self.rates:

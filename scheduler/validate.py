@@ -26,6 +26,7 @@ from scheduler.fragsim import simulate_fragments
 from scheduler.memory import Pool
 from scheduler.registry import policy_names
 from scheduler.simulator import simulate
+from scheduler.spec import PolicySpec
 from scheduler.workload import JobSpec
 
 __all__ = [
@@ -187,8 +188,7 @@ def _levels(rng: random.Random) -> Case:
         seed=rng.randrange(99),
         ps_processes=_PER_JOB,
         ps_bps=25e9,
-        levels=16,
-        aging_s=3e-6,
+        spec=PolicySpec(levels=16, aging_s=3e-6),
         progress_step=0.5,
     )
     return jobs, cfg
@@ -243,7 +243,7 @@ def validate(
     out = []
     for policy in policy_names() if policies is None else policies:
         for i, (jobs, base) in enumerate(cases(family, count, seed)):
-            cfg = replace(base, policy=policy)
+            cfg = replace(base, spec=replace(base.spec, policy=policy))
             frag = simulate_fragments(jobs, cfg)
             agg = simulate(jobs, cfg)
             out.append(

@@ -2,7 +2,7 @@
 
 Priority classes rank jobs under the ``static`` priority function, so a tenant that could name
 any class could take every aggregator; each tenant may use classes up to its ceiling (its own,
-set by an admin, else ``tenant_max_priority_class``), and the classes above are an admin's to
+set by an admin, else ``tenant.max_priority_class``), and the classes above are an admin's to
 grant. Submissions go through one token bucket per tenant (`SubmitBuckets`: ``rate`` jobs per
 second, bursts of ``burst``), so one tenant's flood cannot fill the store and the queue that
 every decision round reads. An admin token is held to neither: admins run the cluster.
@@ -23,8 +23,8 @@ __all__ = ["SubmitBuckets", "SubmitLimits", "check_submission"]
 
 @dataclass(frozen=True, slots=True)
 class SubmitLimits:
-    """The service's defaults (settings ``tenant_max_priority_class``, ``tenant_submit_rate``,
-    ``tenant_submit_burst``)."""
+    """The service's defaults (settings ``tenant.max_priority_class``, ``tenant_submit_rate``,
+    ``tenant.submit_burst``)."""
 
     max_priority_class: int
     submit_rate: float

@@ -109,7 +109,7 @@ def _join_answer(coord: Coordinator, job: Job, worker_id: int) -> WorkerJoin:
             "switch": {"host": topo.switch_data.host, "port": topo.switch_data.port},
             "ps": {"host": topo.ps.host, "port": topo.ps.port},
             "lanes": coord.pool.lanes,
-            "window": min(job.window, job.part_slots or job.window),
+            "window": job.window,  # a static worker holds it to its partition (window_limit)
             "placement": placement,
             "iterations": job.iterations,
             "gradient_bytes": job.gradient_bytes,

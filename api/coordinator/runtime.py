@@ -30,7 +30,7 @@ from api.coordinator.leader import Campaign, Lease, election_id, take_lease
 from api.coordinator.quotas import QuotaDefaults
 from api.coordinator.scheduling import Coordinator
 from api.coordinator.submissions import Submissions
-from api.coordinator.topology import PolicyConfig, PsRegistry, Topology
+from api.coordinator.topology import PsRegistry, Topology
 from api.settings import Settings, parse_hostport
 from api.store.crud import get_state, put_state
 from api.store.db import open_database
@@ -90,7 +90,7 @@ class Service:
             self.sessions,
             on_stored=self._stored,
             limits=SubmitLimits(
-                s.tenant_max_priority_class, s.tenant_submit_rate, s.tenant_submit_burst
+                s.tenant.max_priority_class, s.tenant.submit_rate, s.tenant.submit_burst
             ),
         )
         watch = StreamWatch(self.events, self._live_digests)
@@ -102,7 +102,7 @@ class Service:
                     self.settings.resolved_database_url, owner=owner
                 )
             except StoreInUse:
-                if not self.settings.standby:
+                if not self.settings.standby.enabled:
                     raise
                 held = None
             if held is None:
@@ -114,7 +114,7 @@ class Service:
                 acquire=lambda: lock_store(self.settings.resolved_database_url, owner=owner),
                 lead=self.lead,
                 step_down=self._step_down,
-                poll_s=self.settings.standby_poll_s,
+                poll_s=self.settings.standby.poll_s,
                 healthy=self._primary,
             )
             self.campaign.start(held)
@@ -142,7 +142,7 @@ class Service:
                 backend, switch_data = self._connect_switch(election)
             else:
                 backend = self.given_backend
-                switch_data = _endpoint(self.settings.switch_data) or DISCARD
+                switch_data = _endpoint(self.settings.switch.data) or DISCARD
             ps, registry = start_ps(self.settings, switch_data, self.term)
             coordinator = _coordinator(
                 self, backend, Topology(switch_data=switch_data, ps=ps), registry
@@ -171,17 +171,17 @@ class Service:
         a P4Runtime backup (reads only), or on an empty in-memory pool when the switch is
         embedded in the leader (or is away)."""
         settings = self.settings
-        backend: SwitchBackend = InMemorySwitch(settings.aggregators, settings.lanes)
-        if settings.switch not in ("embedded", "memory") and self.given_backend is None:
+        backend: SwitchBackend = InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
+        if settings.switch.target not in ("embedded", "memory") and self.given_backend is None:
             from p4ctl.client import SwitchClient
             from p4ctl.errors import SwitchError
 
             try:
                 reader = SwitchClient(
-                    settings.switch,
-                    device_id=settings.switch_device_id,
+                    settings.switch.target,
+                    device_id=settings.switch.device_id,
                     election_id=None,
-                    register_thrift=settings.switch_thrift,
+                    register_thrift=settings.switch.thrift,
                 )
             except SwitchError as exc:
                 log.warning("standing by without a view of the switch: %s", exc)
@@ -189,8 +189,8 @@ class Service:
                 self.term.append(reader.close)
                 backend = reader
         topology = Topology(
-            switch_data=_endpoint(settings.switch_data) or DISCARD,
-            ps=_endpoint(settings.ps) or DISCARD,
+            switch_data=_endpoint(settings.switch.data) or DISCARD,
+            ps=_endpoint(settings.ps.address) or DISCARD,
         )
         view = _coordinator(self, backend, topology, None)
         # Never started, so never recorded as stopped; its stop ends what it follows.
@@ -229,13 +229,15 @@ class Service:
         """`connect_switch`, with the embedded switch's data plane on the port it had before
         (kept in the store), so the workers of running jobs can still reach it."""
         settings = self.settings
-        if settings.switch != "embedded":
+        if settings.switch.target != "embedded":
             return connect_switch(settings, self.term, election)
         with self.sessions() as s:
             kept = (get_state(s, key=DATA_PORT_KEY) or {}).get("port")
-        if settings.switch_data_port == 0 and isinstance(kept, int):
+        if settings.switch.data_port == 0 and isinstance(kept, int):
             try:
-                pinned = settings.model_copy(update={"switch_data_port": kept})
+                pinned = settings.model_copy(
+                    update={"switch": settings.switch.model_copy(update={"data_port": kept})}
+                )
                 backend, switch_data = connect_switch(pinned, self.term, election)
             except OSError as exc:
                 log.warning(
@@ -251,7 +253,7 @@ class Service:
             except OSError as exc:
                 raise OSError(
                     f"the embedded switch cannot bind its data port "
-                    f"{settings.switch_data_port}: {exc}; INASCHED_SWITCH_DATA_PORT picks "
+                    f"{settings.switch.data_port}: {exc}; INASCHED_SWITCH_DATA_PORT picks "
                     "another (0: any free one)"
                 ) from exc
         with self.sessions() as s:
@@ -282,19 +284,19 @@ def open_service(settings: Settings) -> Service:
     """The job store of `settings`, opened and migrated; raises `DatabaseUnavailable`, or
     `StoreInUse` (before touching the store) while another service holds it."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    if not settings.standby:
+    if not settings.standby.enabled:
         lock_store(settings.resolved_database_url, owner=_owner(settings)).release()
     # The request threads, plus the decide, tick and releaser threads and a spare.
-    pool = settings.threads + 4
+    pool = settings.http.threads + 4
     engine, sessions = open_database(settings.resolved_database_url, pool_size=pool)
     events = EventBus(
-        max_per_tenant=settings.tenant_max_streams, tenant_view=TenantSwitchViews(sessions)
+        max_per_tenant=settings.tenant.max_streams, tenant_view=TenantSwitchViews(sessions)
     )
     return Service(settings=settings, engine=engine, sessions=sessions, events=events)
 
 
 def _owner(settings: Settings) -> str:
-    return running_instance(f"http://{settings.host}:{settings.port}")
+    return running_instance(f"http://{settings.http.host}:{settings.http.port}")
 
 
 def _coordinator(
@@ -306,13 +308,13 @@ def _coordinator(
         backend=backend,
         topology=topology,
         events=service.events,
-        policy=PolicyConfig(s.policy, s.priority, s.priority_levels, s.aging_s),
+        policy=s.policy,
         seed=s.seed,
         tick_s=s.tick_s,
         heartbeat_interval_s=s.heartbeat_interval_s,
         heartbeat_timeout_s=s.heartbeat_timeout_s,
         ps_registry=registry,
-        quota=QuotaDefaults(s.tenant_max_jobs, s.tenant_aggregator_share),
+        quota=QuotaDefaults(s.tenant.max_jobs, s.tenant.aggregator_share),
         join_timeout_s=s.join_timeout_s,
         verify_progress=topology.switch_data != DISCARD,
     )
@@ -329,19 +331,19 @@ def connect_switch(
 ) -> tuple[SwitchBackend, Endpoint]:
     """``(backend, switch data-plane endpoint)`` as `settings` say, a P4Runtime switch with
     `election` as this controller's election id; cleanups go to `closers`."""
-    if settings.switch == "memory":
-        backend: SwitchBackend = InMemorySwitch(settings.aggregators, settings.lanes)
-        return backend, _endpoint(settings.switch_data) or DISCARD
+    if settings.switch.target == "memory":
+        backend: SwitchBackend = InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
+        return backend, _endpoint(settings.switch.data) or DISCARD
     from p4ctl.client import SwitchClient
 
-    if settings.switch == "embedded":
+    if settings.switch.target == "embedded":
         from p4ctl.softswitch import SoftSwitch
 
         switch = SoftSwitch(
-            aggregators=settings.aggregators,
-            lanes=settings.lanes,
-            data=("127.0.0.1", settings.switch_data_port),
-            gso=settings.gso,
+            aggregators=settings.switch.aggregators,
+            lanes=settings.switch.lanes,
+            data=("127.0.0.1", settings.switch.data_port),
+            gso=settings.switch.gso,
         ).start()
         closers.append(switch.stop)
         # Read and written over P4Runtime like any other target: on the upb protobuf runtime a
@@ -350,34 +352,35 @@ def connect_switch(
         client = SwitchClient(
             switch.p4runtime_address,
             election_id=election,
-            aggregators=settings.aggregators,
-            lanes=settings.lanes,
+            aggregators=settings.switch.aggregators,
+            lanes=settings.switch.lanes,
         )
         closers.append(client.close)
         return client, Endpoint(*switch.data_address)
-    if settings.switch_data is None:
+    if settings.switch.data is None:
         raise ValueError(
-            f"the switch at {settings.switch} needs its UDP data address: "
+            f"the switch at {settings.switch.target} needs its UDP data address: "
             "set INASCHED_SWITCH_DATA=HOST:PORT (or --switch-data)"
         )
     # A switch that already runs our pipeline keeps its sizing (the client reads it); one with
     # no pipeline yet gets the sizing given in the settings, or the P4Info defaults.
-    given = settings.model_fields_set
-    program = settings.p4_config.read_bytes() if settings.p4_config is not None else b""
+    given = settings.switch.model_fields_set
+    config = settings.switch.p4_config
+    program = config.read_bytes() if config is not None else b""
     client = SwitchClient(
-        settings.switch,
-        device_id=settings.switch_device_id,
+        settings.switch.target,
+        device_id=settings.switch.device_id,
         election_id=election,
-        aggregators=settings.aggregators if "aggregators" in given else None,
-        lanes=settings.lanes if "lanes" in given else None,
+        aggregators=settings.switch.aggregators if "aggregators" in given else None,
+        lanes=settings.switch.lanes if "lanes" in given else None,
         device_config=program,
-        register_thrift=settings.switch_thrift,
+        register_thrift=settings.switch.thrift,
     )
     closers.append(client.close)
     # A target that refuses register access (PI) without --switch-thrift still schedules: jobs,
     # priorities and workers are table entries. The client has logged what is lost
     # (`registers_unavailable`): the dashboard's occupancy stays empty and nothing is reclaimed.
-    return client, Endpoint(*parse_hostport(settings.switch_data))
+    return client, Endpoint(*parse_hostport(settings.switch.data))
 
 
 def start_ps(
@@ -385,22 +388,22 @@ def start_ps(
 ) -> tuple[Endpoint, PsRegistry | None]:
     """``(PS endpoint, registry)``: a configured PS, which the scheduler registers jobs with
     over its control channel (``workers.ps_control``), or a PS started in this process."""
-    configured = _endpoint(settings.ps)
+    configured = _endpoint(settings.ps.address)
     if configured is not None:
-        if settings.ps_control is None or settings.ps_secret is None:
+        if settings.ps.control is None or settings.ps.secret is None:
             raise ValueError(
-                f"the PS at {settings.ps} serves only jobs the service registers: set "
+                f"the PS at {settings.ps.address} serves only jobs the service registers: set "
                 "INASCHED_PS_CONTROL=HOST:PORT (its --control-port) and INASCHED_PS_SECRET "
                 "(the secret it was started with)"
             )
         from workers.ps_control import RemotePs, load_secret
 
-        control = parse_hostport(settings.ps_control)
-        return configured, RemotePs(control, load_secret(settings.ps_secret.get_secret_value()))
+        control = parse_hostport(settings.ps.control)
+        return configured, RemotePs(control, load_secret(settings.ps.secret.get_secret_value()))
     if switch_data == DISCARD:
         return DISCARD, None  # no data plane, so nothing will ever reach a PS
     from workers.ps import ParameterServer
 
-    ps = ParameterServer("127.0.0.1", 0, gso=settings.gso).start()
+    ps = ParameterServer("127.0.0.1", 0, gso=settings.switch.gso).start()
     closers.append(ps.stop)
     return Endpoint(*ps.address), ps

@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict
 from datetime import datetime, timedelta
 
 from p4ctl.backend import Endpoint, JobInstall, SwitchBackend
@@ -38,14 +39,16 @@ from api.coordinator.progress import Claim, ProgressCheck
 from api.coordinator.quotas import UNLIMITED, QuotaDefaults, hold_back, load_limits, within_share
 from api.coordinator.releaser import Releaser
 from api.coordinator.rounds import ACTIVE, HOLDING, ROUND_COLUMNS, TERMINAL, ActiveJobs, JobWaiters
-from api.coordinator.topology import PolicyConfig, PsRegistry, Topology
+from api.coordinator.topology import PsRegistry, Topology
 from api.schemas import JobPublic, SwitchPublic
 from api.store.crud import get_state, put_state
 from api.store.models import Job, WorkerRow, utcnow
-from scheduler.applier import DecisionApplier, Placement
+from scheduler.applier import DecisionApplier, Placement, switch_rule
 from scheduler.errors import MemoryConflict
 from scheduler.memory import JobState, Partition, Pool
+from scheduler.scheduler import Scheduler
 from scheduler.snapshot import Queue
+from scheduler.spec import PolicySpec
 from workers.ps_control import ControlError
 
 __all__ = ["ACTIVE", "TERMINAL", "Coordinator"]
@@ -82,7 +85,7 @@ class Coordinator:
         backend: SwitchBackend,
         topology: Topology,
         events: EventBus,
-        policy: PolicyConfig,
+        policy: PolicySpec,
         seed: int,
         tick_s: float,
         heartbeat_interval_s: float,
@@ -99,44 +102,15 @@ class Coordinator:
         self.events = events
         self.pool = Pool(aggregators=backend.aggregators, lanes=backend.lanes)
         self.seed = seed
-        self.tick_s = tick_s
-        self.heartbeat_interval_s = heartbeat_interval_s
-        self.heartbeat_timeout_s = heartbeat_timeout_s
-        self.quota = quota
-        self.join_timeout_s = join_timeout_s
-        # The join deadline of a job admitted before this start counts from the start: its
-        # workers could not join while the service was away.
-        self.started_at = utcnow()
-        self.clock = clock
-        # The reaper's own clock, to notice when it could not watch (tests may replace it).
-        self.monotonic: Callable[[], float] = time.monotonic
-        # How long decision rounds and ticks (the workers' watch) take, for /metrics.
-        self.round_times = Durations()
-        self.tick_times = Durations()
-        self._last_reap: tuple[float, datetime] | None = None  # (monotonic, wall) of it
-        self.ps_registry = ps_registry
-        self.lock = threading.RLock()
         self.policy = policy
-        self.scheduler = policy.build(self.pool, seed)
-        self._cv = threading.Condition()
-        self._requested = 0
-        self._done = 0
-        self._dirty = False
-        # Last counters read, by switch job id (raw: not yet relative to any job's base).
-        self.counters: dict[int, dict[str, int]] = {}
-        self.drops: dict[str, int] = {}
-        self.occupancy_runs: list[tuple[int, int, int, int]] = []
-        self.occupancy_unavailable = ""  # why occupancy is unknown (no register access)
-        self._settled: dict[int, dict[str, int]] = {}
-        # Seconds each job has spent hindered (bypassed, evicted): the priority's aging input.
-        # Kept in memory: after a restart every job starts unhindered, which only delays aging.
-        self.starved: dict[int, float] = {}
-        self.active = ActiveJobs(sessions)
-        self.waiters = JobWaiters()
-        self._full_read_at = clock()
+        self.scheduler = Scheduler(policy, self.pool, seed=seed)
+        self.quota = quota
+        self.ps_registry = ps_registry
+        self._init_clocks(clock, tick_s, heartbeat_interval_s, heartbeat_timeout_s, join_timeout_s)
+        self._init_rounds()
+        self._init_switch_view()
         # Without a data plane (the in-memory backend) there is nothing to hold reports to.
         self.progress = ProgressCheck(lanes=self.pool.lanes) if verify_progress else None
-        self.queue_reasons = QueueReasons()
         self.releaser = Releaser(
             backend=backend, ps_registry=ps_registry, on_released=self._released
         )
@@ -148,8 +122,56 @@ class Coordinator:
             installed=self._installed,
             switch_jobs=MAX_JOBS,
         )
+
+    def _init_clocks(
+        self,
+        clock: Callable[[], float],
+        tick_s: float,
+        heartbeat_interval_s: float,
+        heartbeat_timeout_s: float,
+        join_timeout_s: float | None,
+    ) -> None:
+        """The wall clock, the periods and deadlines measured on it, and the reaper's clock."""
+        self.clock = clock
+        self.tick_s = tick_s
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.join_timeout_s = join_timeout_s
+        # The join deadline of a job admitted before this start counts from the start: its
+        # workers could not join while the service was away.
+        self.started_at = utcnow()
+        # The reaper's own clock, to notice when it could not watch (tests may replace it).
+        self.monotonic: Callable[[], float] = time.monotonic
+        self._last_reap: tuple[float, datetime] | None = None  # (monotonic, wall) of it
+        # How long decision rounds and ticks (the workers' watch) take, for /metrics.
+        self.round_times = Durations()
+        self.tick_times = Durations()
+
+    def _init_rounds(self) -> None:
+        """The decision rounds' lock, their request counters and the jobs they read."""
+        self.lock = threading.RLock()
+        self._cv = threading.Condition()
+        self._requested = 0
+        self._done = 0
+        self._dirty = False
+        self.active = ActiveJobs(self.sessions)
+        self.waiters = JobWaiters()
+        self.queue_reasons = QueueReasons()
+        self._full_read_at = self.clock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+
+    def _init_switch_view(self) -> None:
+        """What the last reads of the switch found: counters, drops, occupancy, starvation."""
+        # Last counters read, by switch job id (raw: not yet relative to any job's base).
+        self.counters: dict[int, dict[str, int]] = {}
+        self.drops: dict[str, int] = {}
+        self.occupancy_runs: list[tuple[int, int, int, int]] = []
+        self.occupancy_unavailable = ""  # why occupancy is unknown (no register access)
+        self._settled: dict[int, dict[str, int]] = {}
+        # Seconds each job has spent hindered (bypassed, evicted): the priority's aging input.
+        # Kept in memory: after a restart every job starts unhindered, which only delays aging.
+        self.starved: dict[int, float] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -158,8 +180,8 @@ class Coordinator:
         with self.sessions() as s:
             stored = get_state(s, key=POLICY_KEY)
         if stored:
-            self.policy = PolicyConfig(**stored)
-            self.scheduler = self.policy.build(self.pool, self.seed)
+            self.policy = PolicySpec(**stored)
+            self.scheduler = Scheduler(self.policy, self.pool, seed=self.seed)
         self._end_jobs_of_a_long_stop()
         self.read_switch()
         self.started_at = utcnow()
@@ -413,7 +435,14 @@ class Coordinator:
         part = None
         if job.part_base is not None and job.part_slots is not None:
             part = Partition(job.part_base, job.part_slots)
-        return Placement(job.switch_job_id, job.policy, part, job.hash_seed, job.shared_pool)
+        return Placement(
+            job.switch_job_id,
+            job.policy,
+            switch_rule(job.policy),
+            part,
+            job.hash_seed,
+            job.shared_pool,
+        )
 
     def install_of(self, job: Job) -> JobInstall:
         """The switch configuration of an admitted `job`."""
@@ -628,11 +657,11 @@ class Coordinator:
 
     # ------------------------------------------------------------------ policy
 
-    def set_policy(self, config: PolicyConfig) -> None:
-        """Use `config` for every job admitted from now on; stored across restarts."""
-        scheduler = config.build(self.pool, self.seed)
+    def set_policy(self, spec: PolicySpec) -> None:
+        """Use `spec` for every job admitted from now on; stored across restarts."""
+        scheduler = Scheduler(spec, self.pool, seed=self.seed)
         with self.lock, self.sessions() as s:
-            put_state(s, key=POLICY_KEY, value=config.as_dict())
+            put_state(s, key=POLICY_KEY, value=asdict(spec))
             s.commit()
-            self.policy, self.scheduler = config, scheduler
+            self.policy, self.scheduler = spec, scheduler
         self.reschedule()

@@ -1,16 +1,13 @@
-"""Where the data plane is and which policy runs: small values the coordinator is built from."""
+"""Where the data plane is: small values the coordinator is built from."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 from p4ctl.backend import Endpoint
 
-from scheduler.memory import Pool
-from scheduler.scheduler import Scheduler
-
-__all__ = ["PolicyConfig", "PsRegistry", "Topology"]
+__all__ = ["PsRegistry", "Topology"]
 
 
 class PsRegistry(Protocol):
@@ -36,25 +33,3 @@ class Topology:
 
     switch_data: Endpoint
     ps: Endpoint
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyConfig:
-    policy: str
-    priority: str
-    levels: int
-    aging_s: float
-
-    def build(self, pool: Pool, seed: int) -> Scheduler:
-        return Scheduler(
-            self.policy,
-            self.priority,
-            pool,
-            levels=self.levels,
-            aging_s=self.aging_s,
-            seed=seed,
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        """``{"policy", "priority", "levels", "aging_s"}``, as stored across restarts."""
-        return asdict(self)

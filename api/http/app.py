@@ -3,24 +3,23 @@
 The job store is opened (and migrated) here, so a bad database fails before anything listens;
 the switch, the PS and the scheduling loop start with the app's lifespan and stop with it.
 
-A standby (``INASCHED_STANDBY``, `api.coordinator.runtime`) serves reads; every write (POST, PUT,
-PATCH,
-DELETE) answers 503 naming the leader, with Retry-After (`StandbyRefusesWrites`). ``GET
-/leader`` answers 200 on the leader and 503 on a standby: the health check by which a load
-balancer in front of both sends every request to the leader.
+A standby (``INASCHED_STANDBY_ENABLED``, `api.coordinator.runtime`) serves reads; every write
+(POST, PUT, PATCH, DELETE) answers 503 naming the leader, with Retry-After
+(`StandbyRefusesWrites`). ``GET /leader`` answers 200 on the leader and 503 on a standby: the
+health check by which a load balancer in front of both sends every request to the leader.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from anyio import to_thread
-from fastapi import FastAPI, Response
+from fastapi import APIRouter, FastAPI, Response
 from fastapi.staticfiles import StaticFiles
 from p4ctl.backend import SwitchBackend
 from pydantic import BaseModel
@@ -213,24 +212,11 @@ def create_app(settings: Settings, *, backend: SwitchBackend | None = None) -> F
     """The service app for `settings`. With `backend`, that switch backend is used instead of
     the one the settings name. Raises `api.store.db.DatabaseUnavailable` when the store is away."""
     service = open_service(settings)
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        # Handlers are synchronous; a few threads serve the requests in arrival order, where
-        # dozens would fight over the GIL and leave some requests waiting for seconds.
-        to_thread.current_default_thread_limiter().total_tokens = settings.threads
-        if not service.started:  # the CLI starts it first, to report a failure in one line
-            service.start(backend)
-        try:
-            yield
-        finally:
-            service.stop()
-
     app = FastAPI(
         title="inasched",
         version="0.1.0",
         summary="Schedules a switch's in-network aggregation memory among training jobs",
-        lifespan=lifespan,
+        lifespan=_lifespan(service, settings.http.threads, backend),
         docs_url=None,  # api.http.docs serves /docs and /redoc offline instead of from a CDN
         redoc_url=None,
         # The service's own Prometheus metrics are on /metrics; FastAPI's OpenTelemetry hooks
@@ -244,14 +230,45 @@ def create_app(settings: Settings, *, backend: SwitchBackend | None = None) -> F
     for module in (jobs, queue, workers, switch, policy, events, bench, tokens, limits):
         app.include_router(module.router, responses=UNAUTHORIZED)
     app.include_router(metrics.router)  # open, or 401 for a wrong scrape token (documented)
+    app.include_router(_service_router(service))
+    static = _dashboard_dir()
+    if static is not None:
+        app.mount("/", StaticFiles(directory=static, html=True), name="dashboard")
+    app.add_middleware(StandbyRefusesWrites, service=service)
+    app.add_middleware(BodyLimit, limit=settings.http.max_body_bytes, overrides=LARGE_BODIES)
+    return app
 
-    @app.get("/healthz", tags=["service"], summary="liveness")
+
+def _lifespan(
+    service: Service, threads: int, backend: SwitchBackend | None
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Start `service` (unless the CLI did) with `threads` request threads; stop it after."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # Handlers are synchronous; a few threads serve the requests in arrival order, where
+        # dozens would fight over the GIL and leave some requests waiting for seconds.
+        to_thread.current_default_thread_limiter().total_tokens = threads
+        if not service.started:  # the CLI starts it first, to report a failure in one line
+            service.start(backend)
+        try:
+            yield
+        finally:
+            service.stop()
+
+    return lifespan
+
+
+def _service_router(service: Service) -> APIRouter:
+    """``/healthz`` and ``/leader``: the service's own state, for probes and load balancers."""
+    router = APIRouter(tags=["service"])
+
+    @router.get("/healthz", summary="liveness")
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get(
+    @router.get(
         "/leader",
-        tags=["service"],
         summary="leader or standby (503)",
         responses={503: {"model": LeaderPublic, "description": "a standby"}},
     )
@@ -265,9 +282,4 @@ def create_app(settings: Settings, *, backend: SwitchBackend | None = None) -> F
             response.status_code = 503
         return view
 
-    static = _dashboard_dir()
-    if static is not None:
-        app.mount("/", StaticFiles(directory=static, html=True), name="dashboard")
-    app.add_middleware(StandbyRefusesWrites, service=service)
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes, overrides=LARGE_BODIES)
-    return app
+    return router

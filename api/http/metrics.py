@@ -28,7 +28,7 @@ JCT_BUCKETS_S = (1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86
 @runtime_checkable
 class PsCounterSource(Protocol):
     """A PS whose counters this process can read: the embedded `workers.ps.ParameterServer`.
-    An external PS (``INASCHED_PS``) runs in another process and is not scraped here."""
+    An external PS (``INASCHED_PS_ADDRESS``) runs in another process and is not scraped here."""
 
     def counters(self) -> PsCounters: ...
 

@@ -364,7 +364,7 @@ def run_bench(
     summaries = {r.policy: summarise(r) for r in runs}
     ratio = ratios(summaries)
     by_arrival = None
-    if ablation.needs_baseline(tuple(policies), params.priority):
+    if ablation.needs_baseline(tuple(policies), params.spec.priority):
         baseline = params.with_value("priority", ablation.BASELINE_PRIORITY)
         started = time.process_time()
         by_arrival = summarise(runner(jobs, ablation.ESA, baseline))
@@ -391,7 +391,7 @@ def run_bench(
         notes=notes,
     )
     if decomposition is not None:
-        section = ablation.render(decomposition, params.priority)
+        section = ablation.render(decomposition, params.spec.priority)
         report = "\n".join([report.rstrip("\n"), *section]) + "\n"
     (out / "report.md").write_text(report, encoding="utf-8")
     return RunOutcome(tuple(runs), summaries, ratio, document, cpu_s)
@@ -491,7 +491,7 @@ def _context(
 
 
 def _short(params: BenchParams) -> str:
-    return f"mem={params.aggregators} load={params.load} prio={params.priority}"
+    return f"mem={params.aggregators} load={params.load} prio={params.spec.priority}"
 
 
 def _print_summary(outcome: RunOutcome) -> None:

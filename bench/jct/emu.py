@@ -43,7 +43,7 @@ from bench.jct.results import (
     PolicyRun,
     time_average,
 )
-from scheduler.registry import make_policy
+from scheduler.registry import policy_class
 from scheduler.workload import JobSpec, load_workload
 
 __all__ = [
@@ -256,19 +256,17 @@ class _Service:
         settings = Settings.model_validate(
             dict(
                 data_dir=data_dir,
-                policy=policy,
-                priority=params.priority,
-                priority_levels=params.levels,
-                aging_s=params.aging_s,
-                aggregators=config.aggregators,
-                lanes=params.lanes,
+                policy=replace(params.spec, policy=policy),
+                switch={"aggregators": config.aggregators, "lanes": params.lanes},
                 window=config.window,
                 seed=params.seed,
-                port=self.port,
+                http={"port": self.port},
                 # The harness's one tenant stands for a whole cluster's: no tenant limits.
-                tenant_max_priority_class=15,
-                tenant_submit_rate=1e6,
-                tenant_submit_burst=1_000_000,
+                tenant={
+                    "max_priority_class": 15,
+                    "submit_rate": 1e6,
+                    "submit_burst": 1_000_000,
+                },
             )
         )
         app = create_app(settings)
@@ -299,7 +297,7 @@ def occupancy_states(policy: str) -> tuple[int, ...]:
     --sim counts them. A partition is its job's in every state; with early release (esa) a
     complete aggregator is claimable at once (p4/PROTOCOL.md, section 5), so only partial sums
     hold memory; otherwise (atp) a complete sum holds its aggregator until the PS result."""
-    traits = make_policy(policy)
+    traits = policy_class(policy)
     if not traits.shared:
         return (1, 2, 3)
     return (1,) if traits.early_release else (1, 2)

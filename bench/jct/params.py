@@ -10,14 +10,13 @@ actually used.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from scheduler.config import PER_JOB
 from scheduler.memory import DEFAULT_WINDOW
-from scheduler.priority import DEFAULT_AGING_S, DEFAULT_LEVELS
-from scheduler.registry import priority_names
+from scheduler.spec import PolicySpec
 
 __all__ = ["MAX_SWEEPS", "SOURCES", "SWEEPABLE", "BenchParams", "parse_sweep", "parse_sweeps"]
 
@@ -29,7 +28,10 @@ TOFINO1_AGGREGATORS = 16_384
 
 @dataclass(frozen=True, slots=True)
 class BenchParams:
-    """Everything that decides a JCT run besides the workload's jobs and the policy."""
+    """Everything that decides a JCT run besides the workload's jobs and the policy.
+
+    `spec` holds the priority function, levels and aging (its ``policy`` is the one each run
+    replaces); `as_dict` and `with_value` name them as fields of their own."""
 
     seed: int = 0
     aggregators: int = TOFINO1_AGGREGATORS
@@ -38,9 +40,7 @@ class BenchParams:
     ps_gbps: float = 25.0
     ps_processes: str = "per-job"
     window: int = DEFAULT_WINDOW
-    priority: str = "srtf"
-    levels: int = DEFAULT_LEVELS
-    aging_s: float = DEFAULT_AGING_S
+    spec: PolicySpec = field(default_factory=PolicySpec)
     load: float = 1.0
     job_setup_s: float = 0.0
     iteration_overhead_s: float = 0.0
@@ -49,10 +49,10 @@ class BenchParams:
 
     def __post_init__(self) -> None:
         """Refuse a value no run can have, naming the field, the value and what it takes."""
-        at_least_one = ("aggregators", "lanes", "window", "levels")
+        at_least_one = ("aggregators", "lanes", "window")
         positive = ("link_gbps", "ps_gbps", "load")
         non_negative = (
-            "aging_s", "job_setup_s", "iteration_overhead_s", "switch_pps", "ps_switch_cost",
+            "job_setup_s", "iteration_overhead_s", "switch_pps", "ps_switch_cost",
         )  # fmt: skip
         for name in at_least_one:
             if not getattr(self, name) >= 1:
@@ -70,17 +70,25 @@ class BenchParams:
             raise ValueError(
                 f"ps_processes must be {PER_JOB!r} or a count >= 1, got {self.ps_processes!r}"
             )
-        if self.priority not in priority_names():
-            known = ", ".join(priority_names())
-            raise ValueError(f"unknown priority function {self.priority!r}; known: {known}")
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field by name, the spec's priority, levels and aging_s among them."""
+        flat = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "spec"}
+        spec = {k: v for k, v in asdict(self.spec).items() if k in _SPEC_FIELDS}
+        return {**flat, **spec}
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> BenchParams:
+        """The `BenchParams` of an `as_dict` (names it does not know are ignored)."""
+        own = {f.name for f in fields(cls)} - {"spec"}
+        spec = {k: v for k, v in values.items() if k in _SPEC_FIELDS}
+        return cls(**{k: v for k, v in values.items() if k in own}, spec=PolicySpec(**spec))
 
     def with_value(self, name: str, raw: str) -> BenchParams:
         """A copy with field `name` (or its sweep alias) parsed from `raw`."""
         field_name = SWEEPABLE.get(name, name)
-        kinds = {f.name: f.type for f in fields(self)}
+        kinds = {f.name: f.type for f in (*fields(self), *fields(self.spec)) if f.name != "spec"}
+        kinds.pop("policy")
         if field_name not in kinds:
             known = ", ".join(sorted(set(SWEEPABLE) | set(kinds)))
             raise ValueError(f"cannot sweep {name!r}; sweepable: {known}")
@@ -97,6 +105,8 @@ class BenchParams:
         else:
             value = raw
         try:
+            if field_name in _SPEC_FIELDS:
+                return replace(self, spec=replace(self.spec, **{field_name: value}))
             return replace(self, **{field_name: value})
         except ValueError as exc:
             raise ValueError(f"{name}={raw}: {exc}") from None
@@ -110,6 +120,10 @@ class BenchParams:
                 raise ValueError(f"--set wants PARAM=VALUE, got {item!r}")
             params = params.with_value(name.strip(), value.strip())
         return params
+
+
+# The `PolicySpec` fields a run takes from its parameters (the policy is each run's own).
+_SPEC_FIELDS = ("priority", "levels", "aging_s")
 
 
 def _number(name: str, raw: str, kind: type[int] | type[float]) -> int | float:

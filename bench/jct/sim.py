@@ -8,7 +8,7 @@ kept and reported with ``scheduler.config`` as their source.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any, Literal
 
 from bench.jct.params import BenchParams
@@ -38,15 +38,12 @@ def _ps_processes(value: str) -> int | Literal["per-job"]:
 def sim_config(policy: str, params: BenchParams) -> SimConfig:
     """The simulator's configuration for `policy` under `params`."""
     return SimConfig(
-        policy=policy,
-        priority=params.priority,
+        spec=replace(params.spec, policy=policy),
         pool=Pool(params.aggregators, params.lanes),
         window=params.window,
         link_bps=params.link_gbps * 1e9,
         ps_bps=params.ps_gbps * 1e9,
         ps_processes=_ps_processes(params.ps_processes),
-        levels=params.levels,
-        aging_s=params.aging_s,
         seed=params.seed,
         job_setup_s=params.job_setup_s,
         iteration_overhead_s=params.iteration_overhead_s,
@@ -58,15 +55,12 @@ def sim_config(policy: str, params: BenchParams) -> SimConfig:
 # SimConfig fields that BenchParams sets; the rest keep the simulator's defaults.
 _SET_BY_BENCH = frozenset(
     {
-        "policy",
-        "priority",
+        "spec",
         "pool",
         "window",
         "link_bps",
         "ps_bps",
         "ps_processes",
-        "levels",
-        "aging_s",
         "seed",
         "job_setup_s",
         "iteration_overhead_s",
@@ -153,7 +147,7 @@ def ideal_jct(jobs: Sequence[JobSpec], params: BenchParams) -> dict[int, float]:
     rate and no queueing. No memory policy can give a job a shorter JCT under this model, so
     ``baseline avg JCT / mean of these`` bounds any policy's speed-up over the baseline."""
     cfg = sim_config("static", params)
-    policy = make_policy(cfg.policy)
+    policy = make_policy(cfg.spec)
     out = {}
     for j in jobs:
         alone = comm_rates(cfg, policy, [FlowJob(j.job_id, j.workers, j.grad_bytes, j.iter_time_s)])

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bench.jct.params import BenchParams
@@ -129,7 +129,16 @@ def scaled_slice(
     partition = COPIES_PER_SLOT * partition_slots(params.window)
     share = len(out) / max(running, float(len(out)))
     pool = min(params.aggregators, max(partition, round(params.aggregators * share)))
-    return out, replace(params, aggregators=pool, aging_s=params.aging_s * tau, load=1.0), tau
+    return (
+        out,
+        replace(
+            params,
+            aggregators=pool,
+            spec=replace(params.spec, aging_s=params.spec.aging_s * tau),
+            load=1.0,
+        ),
+        tau,
+    )
 
 
 def check_slice(
@@ -170,8 +179,7 @@ def check_run(runs: Sequence[PolicyRun], parameters: Mapping[str, Any]) -> SimCh
     """`check_slice` for a finished ``--sim`` run: its jobs rebuilt from `runs` (the jobs every
     policy finished), its parameters from `parameters` (the report's table; arrivals already
     carry the run's load)."""
-    names = {f.name for f in fields(BenchParams)}
-    params = BenchParams(**{k: v for k, v in parameters.items() if k in names})
+    params = BenchParams.from_dict(parameters)
     first = runs[0].jobs if runs else ()
     jobs = [
         JobSpec(

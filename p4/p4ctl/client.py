@@ -413,8 +413,8 @@ class SwitchClient:
                 f"switch {self.address} runs no P4 program: it holds the inasched P4Info with no "
                 f"device config, and refuses to read its tables ({exc}). Load the program: "
                 "give the JSON p4c-bm2-ss writes for p4/inasched.p4 with --p4-config PATH "
-                "(INASCHED_P4_CONFIG), or start simple_switch_grpc with that JSON instead of "
-                "--no-p4 (p4/README.md, Running on BMv2)"
+                "(INASCHED_SWITCH_P4_CONFIG), or start simple_switch_grpc with that JSON instead "
+                "of --no-p4 (p4/README.md, Running on BMv2)"
             ) from None
 
     def _register_access(self, thrift: str | None) -> tuple[RegisterAccess | None, str]:

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -63,12 +64,11 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 def settings(tmp_path: Path, database_url: str) -> Settings:
     return Settings(
         data_dir=tmp_path,
-        database_url=database_url,
-        switch="memory",
-        aggregators=256,
-        policy="esa",
         tick_s=0.05,
         heartbeat_timeout_s=30.0,
+        database={"url": database_url},
+        switch={"target": "memory", "aggregators": 256},
+        policy={"policy": "esa"},
     )
 
 
@@ -184,8 +184,17 @@ class Api:
         return result if answer else decided(self.client, result, self.auth())
 
 
+def updated(settings: Settings, **changes: Any) -> Settings:
+    """`settings` with `changes`: a top-level value, or a dict of fields for a section
+    (``tenant={"max_jobs": 1}``); what was not given before stays not given."""
+    given = settings.model_dump(exclude_unset=True)
+    for name, value in changes.items():
+        given[name] = {**given.get(name, {}), **value} if isinstance(value, dict) else value
+    return Settings(**given)
+
+
 def make_api(settings: Settings) -> Iterator[Api]:
-    switch = InMemorySwitch(settings.aggregators, settings.lanes)
+    switch = InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
     app = create_app(settings, backend=switch)
     sessions = app.state.service.sessions
     with sessions() as s:

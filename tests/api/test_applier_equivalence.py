@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.coordinator.events import EventBus
 from api.coordinator.scheduling import Coordinator
-from api.coordinator.topology import PolicyConfig, Topology
+from api.coordinator.topology import Topology
 from api.schemas import JobCreate
 from api.store.crud import create_job
 from api.store.db import create_db_engine
@@ -25,6 +25,7 @@ from scheduler.jobs import SIMULATED_PS, JobTable
 from scheduler.memory import JobState, Partition, Pool
 from scheduler.registry import policy_names
 from scheduler.scheduler import Scheduler
+from scheduler.spec import PolicySpec
 from scheduler.workload import JobSpec
 
 AGGREGATORS = 64
@@ -86,7 +87,7 @@ class Service:
             backend=self.switch,
             topology=Topology(switch_data=Endpoint("127.0.0.1", 9555), ps=SIMULATED_PS),
             events=EventBus(),
-            policy=PolicyConfig(policy, "srtf", 16, 60.0),
+            policy=PolicySpec(policy, "srtf", 16, 60.0),
             seed=SEED,
             tick_s=1.0,
             heartbeat_interval_s=1.0,
@@ -111,8 +112,8 @@ class Service:
             s.commit()
 
     def set_policy(self, step: ChangePolicy) -> None:
-        self.coord.policy = PolicyConfig(step.policy, step.priority, 16, 60.0)
-        self.coord.scheduler = self.coord.policy.build(self.coord.pool, SEED)
+        self.coord.policy = PolicySpec(step.policy, step.priority, 16, 60.0)
+        self.coord.scheduler = Scheduler(self.coord.policy, self.coord.pool, seed=SEED)
 
     def drain(self) -> None:
         self.coord.releaser.start()
@@ -136,7 +137,9 @@ class Simulation:
     """A simulator's job table on its own in-memory switch."""
 
     def __init__(self, policy: str) -> None:
-        self.table = JobTable(Scheduler(policy, "srtf", Pool(AGGREGATORS, 0), seed=SEED), 8)
+        self.table = JobTable(
+            Scheduler(PolicySpec(policy, "srtf"), Pool(AGGREGATORS, 0), seed=SEED), 8
+        )
         switch = self.table.switch
         assert isinstance(switch, InMemorySwitch)
         self.switch = switch
@@ -203,7 +206,9 @@ def test_service_and_simulator_apply_decisions_alike(first: str, script: list[St
                     sim.transition(job_id, new)
             case ChangePolicy():
                 service.set_policy(step)
-                sim.table.scheduler = service.coord.policy.build(Pool(AGGREGATORS, 0), SEED)
+                sim.table.scheduler = Scheduler(
+                    service.coord.policy, Pool(AGGREGATORS, 0), seed=SEED
+                )
         ended = [sim.table.records[j] for j, row in sim.jobs().items() if row[1] is not None]
         service.now += 1.0
         service.coord.decision_round()

@@ -17,7 +17,9 @@ from workers.ps import ParameterServer
 
 def test_embedded_switch_is_a_p4runtime_client(tmp_path: Path) -> None:
     closers: list[Callable[[], None]] = []
-    settings = Settings(data_dir=tmp_path, switch="embedded", aggregators=512, lanes=64)
+    settings = Settings(
+        data_dir=tmp_path, switch={"target": "embedded", "aggregators": 512, "lanes": 64}
+    )
     try:
         backend, data = connect_switch(settings, closers)
         assert isinstance(backend, SwitchClient)
@@ -33,9 +35,9 @@ def test_embedded_switch_is_a_p4runtime_client(tmp_path: Path) -> None:
 def test_gso_off_in_the_settings_reaches_the_embedded_switch_and_ps(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("INASCHED_GSO", "off")
-    settings = Settings(data_dir=tmp_path, switch="embedded", aggregators=64, lanes=64)
-    assert settings.gso is False
+    monkeypatch.setenv("INASCHED_SWITCH_GSO", "off")
+    settings = Settings(data_dir=tmp_path, switch={"aggregators": 64, "lanes": 64})
+    assert settings.switch.gso is False
     closers: list[Callable[[], None]] = []
     try:
         _, data = connect_switch(settings, closers)

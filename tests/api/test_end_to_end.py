@@ -17,7 +17,7 @@ import pytest
 from api.http.app import create_app
 from api.settings import Settings
 from api.store.crud import create_tenant_token
-from tests.api.conftest import LiveServer, wait_for
+from tests.api.conftest import LiveServer, updated, wait_for
 
 pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "cli"]
@@ -99,15 +99,11 @@ def dataplane(tmp_path: Path) -> Iterator[DataPlane]:
 def service_settings(tmp_path: Path, plane: DataPlane, port: int = 0) -> Settings:
     return Settings(
         data_dir=tmp_path,
-        switch=plane.p4runtime,
-        switch_data=plane.data,
-        ps=plane.ps,
-        ps_control=plane.ps_control,
-        ps_secret=PS_SECRET,
-        aggregators=1024,
-        policy="esa",
-        port=port,
         heartbeat_timeout_s=60.0,
+        switch={"target": plane.p4runtime, "data": plane.data, "aggregators": 1024},
+        ps={"address": plane.ps, "control": plane.ps_control, "secret": PS_SECRET},
+        policy={"policy": "esa"},
+        http={"port": port},
     )
 
 
@@ -218,8 +214,8 @@ def test_workers_of_a_queued_job_wait_for_memory_and_then_run(
     # static with a pool of one partition (window 512: 512 slots of two aggregators, the
     # switch's 1024): the second job queues until the first finishes, and its workers wait
     # instead of giving up.
-    settings = service_settings(tmp_path, dataplane).model_copy(
-        update={"policy": "static", "window": 512}
+    settings = updated(
+        service_settings(tmp_path, dataplane), policy={"policy": "static"}, window=512
     )
     app = create_app(settings)
     with app.state.service.sessions() as s:

@@ -15,7 +15,7 @@ import pytest
 from api.coordinator.events import Event, EventBus, StreamWatch, Subscription
 from api.settings import Settings
 from api.store.tokens import revoke_tokens
-from tests.api.conftest import Api, make_api
+from tests.api.conftest import Api, make_api, updated
 
 # Not a timing figure: how long a test waits before it calls a stream that never ends a hang.
 HANG_S = 20.0
@@ -24,7 +24,7 @@ HANG_S = 20.0
 @pytest.fixture
 def roomy(settings: Settings) -> Iterator[Api]:
     """A service whose tenants may open many streams."""
-    yield from make_api(settings.model_copy(update={"tenant_max_streams": 64}))
+    yield from make_api(updated(settings, tenant={"max_streams": 64}))
 
 
 def _open(client: httpx.Client, token: str, stack: ExitStack) -> Iterator[str]:
@@ -95,13 +95,13 @@ def test_streams_hold_no_store_connection(roomy: Api) -> None:
 
 
 def test_a_tenant_beyond_its_streams_gets_429_and_the_others_do_not(settings: Settings) -> None:
-    for api in make_api(settings.model_copy(update={"tenant_max_streams": 2})):
+    for api in make_api(updated(settings, tenant={"max_streams": 2})):
         with ExitStack() as stack:
             streams = [_open(api.client, api.token, stack) for _ in range(2)]
             refused = api.client.get(f"/events?token={api.token}")
             assert refused.status_code == 429
             assert refused.headers["Retry-After"].isdigit()
-            assert "tenant_max_streams" in refused.json()["detail"]
+            assert "INASCHED_TENANT_MAX_STREAMS" in refused.json()["detail"]
             streams.append(_open(api.client, api.other_token, stack))
         # Closed streams free their places.
         with ExitStack() as stack:

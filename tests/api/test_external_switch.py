@@ -51,7 +51,7 @@ def test_switch_defaults_are_the_p4_programs_and_up_with_switch_runs_on_them(
 ) -> None:
     p4rt, data = switch_process
     settings = Settings(
-        data_dir=tmp_path, switch=p4rt, switch_data=data, switch_device_id=DEVICE_ID
+        data_dir=tmp_path, switch={"target": p4rt, "data": data, "device_id": DEVICE_ID}
     )
     app = create_app(settings)
     with app.state.service.sessions() as session:
@@ -94,7 +94,7 @@ def test_up_refuses_a_pool_too_large_in_one_line(
     argv = ["up", "--aggregators", "1000000000", "--data-dir", str(tmp_path)]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "bad setting aggregators" in err
+    assert err.count("\n") == 1 and "bad setting switch.aggregators" in err
     assert str(MAX_AGGREGATORS) in err
 
 

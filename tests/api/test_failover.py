@@ -42,6 +42,7 @@ from tests.api.conftest import (
     listening,
     postgres_schema_url,
     stop_processes,
+    updated,
     wait_for,
 )
 
@@ -92,13 +93,17 @@ def _standby_reads_and_refuses_writes(
 def test_a_standby_reads_refuses_writes_naming_the_leader_and_takes_over(
     settings: Settings,
 ) -> None:
-    settings = settings.model_copy(update={"standby": True, "standby_poll_s": 0.05})
-    first = create_app(settings, backend=InMemorySwitch(settings.aggregators, settings.lanes))
+    settings = updated(settings, standby={"enabled": True, "poll_s": 0.05})
+    first = create_app(
+        settings, backend=InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
+    )
     with first.state.service.sessions() as s:
         token = create_tenant_token(s, tenant="alice")
     auth = {"Authorization": f"Bearer {token}"}
     body = {"name": "job", "n_workers": 1, "iterations": 3, "gradient_bytes": 4096}
-    second = create_app(settings, backend=InMemorySwitch(settings.aggregators, settings.lanes))
+    second = create_app(
+        settings, backend=InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
+    )
     leading = LiveServer(first)
     leader_url = leading.__enter__()
     try:
@@ -121,9 +126,13 @@ def test_a_standby_reads_refuses_writes_naming_the_leader_and_takes_over(
 
 
 def test_without_standby_a_second_service_is_still_refused(settings: Settings) -> None:
-    first = create_app(settings, backend=InMemorySwitch(settings.aggregators, settings.lanes))
+    first = create_app(
+        settings, backend=InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
+    )
     with LiveServer(first), pytest.raises(StoreInUse):
-        create_app(settings, backend=InMemorySwitch(settings.aggregators, settings.lanes))
+        create_app(
+            settings, backend=InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
+        )
 
 
 # ---------------------------------------------------------------------- real processes
@@ -341,8 +350,10 @@ def test_a_leader_whose_lock_session_ends_steps_down_and_leads_a_new_term(
 ) -> None:
     if not settings.resolved_database_url.startswith("postgresql"):
         pytest.skip("a file lock cannot be taken away from a live process")
-    settings = settings.model_copy(update={"standby_poll_s": 0.05})
-    app = create_app(settings, backend=InMemorySwitch(settings.aggregators, settings.lanes))
+    settings = updated(settings, standby={"poll_s": 0.05})
+    app = create_app(
+        settings, backend=InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
+    )
     with LiveServer(app) as url:
         code, first = _role(url)
         assert (code, first["role"]) == (200, "leader")
@@ -363,11 +374,11 @@ def test_a_leader_whose_lock_session_ends_steps_down_and_leads_a_new_term(
 def test_a_leader_whose_switch_restarts_leads_a_new_term_and_reinstalls_its_jobs(
     settings: Settings,
 ) -> None:
-    first = SoftSwitch(aggregators=settings.aggregators, lanes=settings.lanes).start()
+    first = SoftSwitch(aggregators=settings.switch.aggregators, lanes=settings.switch.lanes).start()
     p4rt, data = first.p4runtime_address, first.data_address
     host, port = p4rt.rsplit(":", 1)
-    switch = {"switch": p4rt, "switch_data": f"{data[0]}:{data[1]}", "standby_poll_s": 0.05}
-    settings = settings.model_copy(update=switch)
+    switch = {"target": p4rt, "data": f"{data[0]}:{data[1]}"}
+    settings = updated(settings, switch=switch, standby={"poll_s": 0.05})
     app = create_app(settings)
     with app.state.service.sessions() as s:
         token = create_tenant_token(s, tenant="alice")
@@ -382,8 +393,8 @@ def test_a_leader_whose_switch_restarts_leads_a_new_term_and_reinstalls_its_jobs
             wait_for(lambda: _state(url, job["id"], auth) == "admitted", "the job installed")
             first.stop()  # the switch restarts: empty, no pipeline, no session
             restarted = SoftSwitch(
-                aggregators=settings.aggregators,
-                lanes=settings.lanes,
+                aggregators=settings.switch.aggregators,
+                lanes=settings.switch.lanes,
                 p4runtime=(host, int(port)),
                 data=data,
             ).start()

@@ -17,7 +17,7 @@ import pytest
 from api.schemas import MAX_WORKER_BYTES
 from api.settings import Settings
 from scheduler.workload import model_table
-from tests.api.conftest import Api, make_api, wait_for
+from tests.api.conftest import Api, make_api, updated, wait_for
 
 JobBody = dict[str, object]
 
@@ -301,8 +301,10 @@ def test_a_worker_sends_the_jobs_size_not_its_models(
 @pytest.fixture
 def counted(settings: Settings) -> Iterator[Api]:
     # A data plane address: the service holds progress reports to the switch's counters.
-    update = {"switch_data": "127.0.0.1:1", "policy": "esa", "priority": "srtf"}
-    yield from make_api(settings.model_copy(update=update))
+    update = {"data": "127.0.0.1:1"}
+    yield from make_api(
+        updated(settings, switch=update, policy={"policy": "esa", "priority": "srtf"})
+    )
 
 
 def test_progress_the_switch_did_not_count_does_not_raise_a_jobs_priority(counted: Api) -> None:

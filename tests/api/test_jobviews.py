@@ -15,12 +15,11 @@ from tests.api.conftest import Api, make_api, wait_for
 def _api(tmp_path: Path, database_url: str, policy: PolicyName) -> Iterator[Api]:
     settings = Settings(
         data_dir=tmp_path,
-        database_url=database_url,
-        switch="memory",
-        aggregators=256,
-        policy=policy,
         tick_s=0.05,
         heartbeat_timeout_s=30.0,
+        database={"url": database_url},
+        switch={"target": "memory", "aggregators": 256},
+        policy={"policy": policy},
     )
     yield from make_api(settings)
 

@@ -82,8 +82,8 @@ class Service:
 def service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Service]:
     """The service on its embedded switch of 256 aggregators, with the policy given."""
     settings = Settings(
-        data_dir=tmp_path, aggregators=256, lanes=64, policy=request.param, tick_s=0.05,
-        heartbeat_timeout_s=30.0,
+        data_dir=tmp_path, tick_s=0.05, heartbeat_timeout_s=30.0,
+        switch={"aggregators": 256, "lanes": 64}, policy={"policy": request.param},
     )  # fmt: skip
     app = create_app(settings)
     with app.state.service.sessions() as s:

@@ -39,9 +39,11 @@ def ps_rig(tmp_path: Path) -> Iterator[PsRig]:
     # A data-plane address makes the service start its embedded PS, even on the in-memory
     # switch; the address is this test's socket, so it plays the switch.
     settings = Settings(
-        data_dir=tmp_path, switch="memory", switch_data=f"{host}:{port}", aggregators=256
+        data_dir=tmp_path, switch={"target": "memory", "data": f"{host}:{port}", "aggregators": 256}
     )
-    app = create_app(settings, backend=InMemorySwitch(settings.aggregators, settings.lanes))
+    app = create_app(
+        settings, backend=InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
+    )
     with app.state.service.sessions() as session:
         token = create_tenant_token(session, tenant="alice")
     try:
@@ -98,7 +100,7 @@ def test_ps_counters_appear_on_metrics(ps_rig: PsRig) -> None:
 def test_without_a_ps_in_the_process_its_families_are_declared_without_samples(
     tmp_path: Path,
 ) -> None:
-    settings = Settings(data_dir=tmp_path, switch="memory", aggregators=256)
+    settings = Settings(data_dir=tmp_path, switch={"target": "memory", "aggregators": 256})
     app = create_app(settings, backend=InMemorySwitch(256, 64))
     with LiveServer(app) as url:
         text = httpx.get(f"{url}/metrics").text

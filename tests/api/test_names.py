@@ -39,7 +39,7 @@ def test_an_unknown_name_is_refused_with_the_known_ones() -> None:
     with pytest.raises(ValidationError, match="known: fifo, las, srtf, static"):
         PolicyUpdate.model_validate({"policy": "esa", "priority": "sjf"})
     with pytest.raises(ValidationError):
-        Settings(policy="nope")
+        Settings(policy={"policy": "nope"})
 
 
 def test_cli_choices_are_the_registered_names() -> None:

@@ -15,7 +15,7 @@ from tests.api.conftest import Api, make_api
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Api, dict[str, object]]]:
     data = tmp_path_factory.mktemp("openapi")
-    config = Settings(data_dir=data, switch="memory", aggregators=256, tick_s=0.2)
+    config = Settings(data_dir=data, tick_s=0.2, switch={"target": "memory", "aggregators": 256})
     for api in make_api(config):
         job = api.submit(n_workers=4, iterations=1000)
         yield api, job

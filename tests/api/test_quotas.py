@@ -20,7 +20,7 @@ from api.http.app import create_app
 from api.settings import Settings
 from api.store.crud import create_tenant_token
 from api.store.models import Job
-from tests.api.conftest import LiveServer, decided, wait_for
+from tests.api.conftest import LiveServer, decided, updated, wait_for
 
 
 @dataclass
@@ -62,8 +62,8 @@ def make_service(settings: Settings) -> Iterator[ServiceFactory]:
     servers: list[tuple[LiveServer, httpx.Client]] = []
 
     def make(**overrides: object) -> Service:
-        configured = settings.model_copy(update=overrides)
-        switch = InMemorySwitch(configured.aggregators, configured.lanes)
+        configured = updated(settings, **overrides)
+        switch = InMemorySwitch(configured.switch.aggregators, configured.switch.lanes)
         app = create_app(configured, backend=switch)
         sessions = app.state.service.sessions
         with sessions() as s:
@@ -86,7 +86,7 @@ def make_service(settings: Settings) -> Iterator[ServiceFactory]:
 def test_a_tenant_at_its_job_limit_waits_and_the_others_are_admitted(
     make_service: ServiceFactory,
 ) -> None:
-    service = make_service(tenant_max_jobs=2)
+    service = make_service(tenant={"max_jobs": 2})
     alice = [service.submit("alice")["id"] for _ in range(3)]
     theirs = service.submit("bob")["id"]
     assert [service.job(j)["state"] for j in alice[:2]] == ["admitted", "admitted"]
@@ -149,7 +149,7 @@ def test_a_tenants_partitions_stay_within_its_share_of_aggregators(
 ) -> None:
     # static, 256 aggregators, window 32: each job's partition is 32 slots of two aggregators,
     # so alice's share of a half (128 aggregators) holds two jobs.
-    service = make_service(policy="static", tenant_aggregator_share=0.5)
+    service = make_service(policy={"policy": "static"}, tenant={"aggregator_share": 0.5})
     alice = [service.submit("alice", window=32)["id"] for _ in range(3)]
     theirs = service.submit("bob", window=32)["id"]
     assert [service.job(j)["state"] for j in alice] == ["admitted", "admitted", "queued"]
@@ -161,7 +161,7 @@ def test_a_tenants_partitions_stay_within_its_share_of_aggregators(
 def test_a_tenants_hashed_jobs_hash_into_its_share_of_the_pool(
     make_service: ServiceFactory,
 ) -> None:
-    service = make_service(policy="esa")
+    service = make_service(policy={"policy": "esa"})
     service.client.put(
         "/tenants/alice/limits", json={"aggregator_share": 0.25}, headers=service.auth("root")
     )
@@ -174,7 +174,7 @@ def test_a_tenants_hashed_jobs_hash_into_its_share_of_the_pool(
 def test_an_admitted_job_whose_workers_do_not_join_fails_and_frees_its_switch_id(
     make_service: ServiceFactory,
 ) -> None:
-    service = make_service(tenant_max_jobs=1)
+    service = make_service(tenant={"max_jobs": 1})
     first = service.submit("alice")["id"]
     second = service.submit("alice")["id"]
     sid = service.row(first).switch_job_id

@@ -20,12 +20,14 @@ from p4ctl.backend import InMemorySwitch
 from api.http.app import create_app
 from api.settings import Settings
 from api.store.crud import create_tenant_token
-from tests.api.conftest import LiveServer
+from tests.api.conftest import LiveServer, updated
 
 
 @contextmanager
 def serving(settings: Settings, *, embedded: bool) -> Iterator[httpx.Client]:
-    backend = None if embedded else InMemorySwitch(settings.aggregators, settings.lanes)
+    backend = (
+        None if embedded else InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
+    )
     app = create_app(settings, backend=backend)
     with LiveServer(app) as url, httpx.Client(base_url=url, timeout=30) as client:
         yield client
@@ -60,7 +62,7 @@ def _join(client: httpx.Client, job: Any, worker: socket.socket) -> Any:
 def test_a_restarted_service_keeps_its_switch_data_port_and_its_running_job(
     settings: Settings,
 ) -> None:
-    settings = settings.model_copy(update={"switch": "embedded"})
+    settings = updated(settings, switch={"target": "embedded"})
     auth = _token(settings)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as worker:
         worker.bind(("127.0.0.1", 0))

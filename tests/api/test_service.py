@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, inspect
 from api.settings import Settings
 from api.store.db import migrate
 from api.store.models import Base
-from tests.api.conftest import Api, make_api, wait_for
+from tests.api.conftest import Api, make_api, updated, wait_for
 
 
 def test_policy_change_applies_to_jobs_admitted_afterwards(api: Api) -> None:
@@ -133,7 +133,7 @@ def test_healthz(api: Api) -> None:
 def test_a_waiting_jobs_new_reason_reaches_the_event_stream(settings: Settings) -> None:
     # A round writes a queued job's new reason without loading the job; the stream still
     # carries the job with it.
-    for api in make_api(settings.model_copy(update={"tenant_max_jobs": 1})):
+    for api in make_api(updated(settings, tenant={"max_jobs": 1})):
         with api.client.stream("GET", f"/events?token={api.token}") as stream:
             lines = stream.iter_lines()
             assert next(lines) == "event: switch"

@@ -40,22 +40,30 @@ def _up(args: list[str]) -> subprocess.CompletedProcess[str]:
 def test_a_second_service_on_the_same_store_is_refused_naming_the_first(
     settings: Settings,
 ) -> None:
-    first = create_app(settings, backend=InMemorySwitch(settings.aggregators, settings.lanes))
+    first = create_app(
+        settings, backend=InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
+    )
     with LiveServer(first) as url:
         with pytest.raises(StoreInUse) as refused:
-            create_app(settings, backend=InMemorySwitch(settings.aggregators, settings.lanes))
+            create_app(
+                settings, backend=InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
+            )
         message = str(refused.value)
         assert f"inasched pid {os.getpid()} on {socket.gethostname()}" in message
         assert "--data-dir" in message and "INASCHED_DATABASE_URL" in message
         assert httpx.get(f"{url}/healthz", timeout=30).status_code == 200
     # Stopped, the first service leaves the store to the next one.
-    again = create_app(settings, backend=InMemorySwitch(settings.aggregators, settings.lanes))
+    again = create_app(
+        settings, backend=InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
+    )
     with LiveServer(again) as url:
         assert httpx.get(f"{url}/healthz", timeout=30).status_code == 200
 
 
 def test_a_second_up_on_the_same_data_dir_exits_naming_the_running_one(tmp_path: Path) -> None:
-    settings = Settings(data_dir=tmp_path, switch="memory", aggregators=64, tick_s=0.05)
+    settings = Settings(
+        data_dir=tmp_path, tick_s=0.05, switch={"target": "memory", "aggregators": 64}
+    )
     first = create_app(settings, backend=InMemorySwitch(64, 64))
     with LiveServer(first):
         with socket.socket() as probe:
@@ -75,4 +83,4 @@ def test_up_on_a_port_in_use_names_the_flag_that_picks_another(tmp_path: Path) -
         answer = _up(["--data-dir", str(tmp_path), "--port", str(port)])
     assert answer.returncode == 3, answer.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in answer.stderr
-    assert "--port (INASCHED_PORT) picks another port" in answer.stderr
+    assert "--port (INASCHED_HTTP_PORT) picks another port" in answer.stderr

@@ -11,7 +11,7 @@ import pytest
 from api.coordinator.admission import SubmitBuckets, SubmitLimits
 from api.settings import Settings
 from cli.main import main
-from tests.api.conftest import Api, make_api
+from tests.api.conftest import Api, make_api, updated
 
 JOB = {"name": "job", "n_workers": 2, "iterations": 3, "gradient_bytes": 4096}
 
@@ -57,9 +57,7 @@ def test_a_tenant_sees_its_own_limits(api: Api, capsys: pytest.CaptureFixture[st
 @pytest.fixture
 def slow_tenants(settings: Settings) -> Iterator[Api]:
     """A service whose tenants may submit 3 jobs at once and one more every 1,000 s."""
-    yield from make_api(
-        settings.model_copy(update={"tenant_submit_rate": 0.001, "tenant_submit_burst": 3})
-    )
+    yield from make_api(updated(settings, tenant={"submit_rate": 0.001, "submit_burst": 3}))
 
 
 def test_a_tenant_beyond_its_submission_rate_gets_429_and_the_others_do_not(

@@ -46,13 +46,15 @@ def refusing(request: pytest.FixtureRequest) -> Iterator[SoftSwitch]:
 def _settings(switch: SoftSwitch, tmp_path: Path, thrift: bool) -> Settings:
     return Settings(
         data_dir=tmp_path,
-        switch=switch.p4runtime_address,
-        switch_data="{}:{}".format(*switch.data_address),
-        switch_thrift=switch.thrift_address if thrift else None,
-        aggregators=AGGREGATORS,
-        lanes=LANES,
-        policy="esa",
         tick_s=0.05,
+        switch={
+            "target": switch.p4runtime_address,
+            "data": "{}:{}".format(*switch.data_address),
+            "thrift": switch.thrift_address if thrift else None,
+            "aggregators": AGGREGATORS,
+            "lanes": LANES,
+        },
+        policy={"policy": "esa"},
     )
 
 

@@ -28,7 +28,7 @@ from api.settings import Settings
 from api.store.crud import create_tenant_token
 from api.store.models import Job
 from cli.main import main
-from tests.api.conftest import LiveServer, decided, wait_for
+from tests.api.conftest import LiveServer, decided, updated, wait_for
 
 METRICS_TOKEN = "scrape-secret-0123456789"
 
@@ -70,8 +70,8 @@ class Service:
 
 @pytest.fixture
 def service(settings: Settings) -> Iterator[Service]:
-    settings = settings.model_copy(update={"metrics_token": SecretStr(METRICS_TOKEN)})
-    switch = InMemorySwitch(settings.aggregators, settings.lanes)
+    settings = updated(settings, metrics={"token": SecretStr(METRICS_TOKEN)})
+    switch = InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
     app = create_app(settings, backend=switch)
     sessions = app.state.service.sessions
     with sessions() as s:
@@ -210,7 +210,7 @@ def test_cli_does_not_create_a_store_unless_asked(
     token = capsys.readouterr().out.strip()
     assert (empty / "inasched.db").is_file()
     # The store made by --init is one a service opens, and the token is its first admin.
-    settings = Settings(data_dir=empty, switch="memory", aggregators=64, tick_s=0.05)
+    settings = Settings(data_dir=empty, tick_s=0.05, switch={"target": "memory", "aggregators": 64})
     app = create_app(settings, backend=InMemorySwitch(64, 64))
     with LiveServer(app) as url:
         auth = {"Authorization": f"Bearer {token}"}

@@ -139,12 +139,12 @@ def _one_running_job(
 
 
 def test_restart_resyncs_the_switch_from_the_store(settings: Settings) -> None:
-    switch = InMemorySwitch(settings.aggregators, settings.lanes)
+    switch = InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
     job, joined, auth = _one_running_job(settings, switch)
     sid = joined["switch_job_id"]
     stale = (sid + 7) % 1024
     switch.install_job(JobInstall(stale, Policy.ATP, 2, ps=Endpoint("127.0.0.1", 9)))
-    fresh = InMemorySwitch(settings.aggregators, settings.lanes)
+    fresh = InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
     for target in (switch, fresh):  # the same switch with stale state; a rebooted one
         app = create_app(settings, backend=target)
         with LiveServer(app) as url, httpx.Client(base_url=url) as client:
@@ -160,13 +160,15 @@ def test_a_job_the_switch_cannot_take_back_after_a_restart_fails_visibly(
     # A static partition stored by an older version with a slot count the switch cannot
     # index (not a power of two): the restarted service must come up, fail that job with a
     # reason, and leave nothing of it on the switch.
-    job, _, auth = _one_running_job(settings, InMemorySwitch(settings.aggregators, settings.lanes))
+    job, _, auth = _one_running_job(
+        settings, InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
+    )
     with create_app(settings).state.service.sessions() as s:
         row = s.get(Job, job["id"])
         assert row is not None and row.switch_job_id is not None
         row.policy, row.part_base, row.part_slots, row.hash_seed = "static", 0, 100, None
         s.commit()
-    fresh = InMemorySwitch(settings.aggregators, settings.lanes)
+    fresh = InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
     app = create_app(settings, backend=fresh)
     with LiveServer(app) as url, httpx.Client(base_url=url) as client:
         body = client.get(f"/jobs/{job['id']}", headers=auth).json()
@@ -192,7 +194,7 @@ def test_a_stepped_wall_clock_or_a_stalled_service_fails_no_job(
     monkeypatch.setattr(
         scheduling, "utcnow", lambda: real_utcnow() + timedelta(seconds=wall_shift[0])
     )
-    switch = InMemorySwitch(settings.aggregators, settings.lanes)
+    switch = InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
     app = create_app(settings, backend=switch)
     with app.state.service.sessions() as s:
         token = create_tenant_token(s, tenant="alice")

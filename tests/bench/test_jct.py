@@ -199,7 +199,9 @@ def test_bench_jct_says_the_run_went_only_to_out_without_a_service(
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[Api]:
-    settings = Settings(data_dir=tmp_path / "service", switch="memory", aggregators=256)
+    settings = Settings(
+        data_dir=tmp_path / "service", switch={"target": "memory", "aggregators": 256}
+    )
     yield from make_api(settings)
 
 

@@ -47,7 +47,7 @@ def test_the_slice_is_small_keeps_each_jobs_duty_and_scales_the_pool() -> None:
     # static partition; everything but the pool, aging and load is the run's.
     assert sliced.aggregators == round(params.aggregators * SLICE_JOBS / 20.0)
     assert sliced.aggregators >= COPIES_PER_SLOT * partition_slots(params.window)
-    assert sliced.aging_s == pytest.approx(params.aging_s * tau)
+    assert sliced.spec.aging_s == pytest.approx(params.spec.aging_s * tau)
     assert (sliced.window, sliced.ps_gbps, sliced.ps_processes) == (
         params.window,
         params.ps_gbps,

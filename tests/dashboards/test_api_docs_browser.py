@@ -20,7 +20,9 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="module")
 def service_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    settings = Settings(data_dir=tmp_path_factory.mktemp("docs"), switch="memory", aggregators=256)
+    settings = Settings(
+        data_dir=tmp_path_factory.mktemp("docs"), switch={"target": "memory", "aggregators": 256}
+    )
     with serve(create_app(settings, backend=InMemorySwitch(256, 64))) as url:
         yield url
 

@@ -37,10 +37,9 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
 
     settings = Settings(
         data_dir=tmp_path_factory.mktemp("service"),
-        switch="embedded",
-        aggregators=1024,
-        policy="esa",
         tick_s=0.2,
+        switch={"target": "embedded", "aggregators": 1024},
+        policy={"policy": "esa"},
     )
     app = create_app(settings)
     with app.state.service.sessions() as session:

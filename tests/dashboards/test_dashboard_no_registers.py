@@ -28,12 +28,14 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     with SoftSwitch(aggregators=1024, lanes=64, serve_registers=False) as switch:
         settings = Settings(
             data_dir=tmp_path_factory.mktemp("service"),
-            switch=switch.p4runtime_address,
-            switch_data="{}:{}".format(*switch.data_address),
-            aggregators=1024,
-            lanes=64,
-            policy="esa",
             tick_s=0.2,
+            switch={
+                "target": switch.p4runtime_address,
+                "data": "{}:{}".format(*switch.data_address),
+                "aggregators": 1024,
+                "lanes": 64,
+            },
+            policy={"policy": "esa"},
         )
         app = create_app(settings)
         with app.state.service.sessions() as session:

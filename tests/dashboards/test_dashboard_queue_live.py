@@ -31,12 +31,13 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
 
     settings = Settings(
         data_dir=tmp_path_factory.mktemp("service"),
-        switch="memory",
-        aggregators=1024,
-        policy="static",
         tick_s=0.2,
+        switch={"target": "memory", "aggregators": 1024},
+        policy={"policy": "static"},
     )
-    app = create_app(settings, backend=InMemorySwitch(settings.aggregators, settings.lanes))
+    app = create_app(
+        settings, backend=InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
+    )
     with app.state.service.sessions() as session:
         token = create_tenant_token(session, tenant="alice")
     with serve(app) as url:

@@ -25,13 +25,14 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
 
     settings = Settings(
         data_dir=tmp_path_factory.mktemp("service"),
-        switch="memory",
-        aggregators=1024,
-        policy="esa",
-        tenant_max_jobs=1,
         tick_s=0.2,
+        switch={"target": "memory", "aggregators": 1024},
+        policy={"policy": "esa"},
+        tenant={"max_jobs": 1},
     )
-    app = create_app(settings, backend=InMemorySwitch(settings.aggregators, settings.lanes))
+    app = create_app(
+        settings, backend=InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
+    )
     with app.state.service.sessions() as session:
         token = create_tenant_token(session, tenant="alice")
     with serve(app) as url:

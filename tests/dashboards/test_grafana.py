@@ -26,7 +26,9 @@ TYPE_LINE = re.compile(r"^# TYPE (\w+) (counter|gauge|histogram|summary|untyped)
 def exposition(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The /metrics text of a live service with an embedded PS (so every family is there)."""
     data = tmp_path_factory.mktemp("grafana")
-    settings = Settings(data_dir=data, switch="memory", switch_data="127.0.0.1:1", aggregators=256)
+    settings = Settings(
+        data_dir=data, switch={"target": "memory", "data": "127.0.0.1:1", "aggregators": 256}
+    )
     app = create_app(settings, backend=InMemorySwitch(256, 64))
     with LiveServer(app) as url:
         yield httpx.get(f"{url}/metrics", timeout=30).text

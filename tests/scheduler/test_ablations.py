@@ -13,6 +13,7 @@ from scheduler.fragsim import simulate_fragments
 from scheduler.memory import Pool
 from scheduler.registry import ablation_names, make_policy, policy_names
 from scheduler.simulator import simulate
+from scheduler.spec import PolicySpec
 from scheduler.validate import validate
 from scheduler.workload import JobSpec
 
@@ -24,7 +25,7 @@ ABLATIONS = ("esa-norelease", "esa-nopreempt")
 def test_ablations_are_registered_apart_from_the_service_policies() -> None:
     assert ablation_names() == ABLATIONS
     assert not set(ablation_names()) & set(policy_names())
-    traits = {n: make_policy(n) for n in (*policy_names(), *ablation_names())}
+    traits = {n: make_policy(PolicySpec(n)) for n in (*policy_names(), *ablation_names())}
     assert {n: (p.early_release, p.preempts) for n, p in traits.items() if p.shared} == {
         "atp": (False, False),
         "esa-nopreempt": (True, False),
@@ -61,7 +62,9 @@ def test_every_job_finishes_and_no_gradient_byte_is_lost(policy: str, sim: objec
     # A pool of 32 under ten jobs of window 16: memory binds, so fragments collide and, where
     # the policy preempts, partial sums are evicted; each must still reach its job's PS.
     jobs = _contending(seed=5)
-    cfg = SimConfig(policy=policy, pool=Pool(32), window=16, ps_processes=PER_JOB, ps_bps=25e9)
+    cfg = SimConfig(
+        spec=PolicySpec(policy), pool=Pool(32), window=16, ps_processes=PER_JOB, ps_bps=25e9
+    )
     run = sim(jobs, cfg)  # type: ignore[operator]
     assert run.unfinished == 0 and len(run.jobs) == len(jobs)
     by_id = {j.job_id: j for j in jobs}
@@ -75,18 +78,18 @@ def test_every_job_finishes_and_no_gradient_byte_is_lost(policy: str, sim: objec
     suffered = sum(j.preemptions_suffered for j in run.jobs)
     caused = sum(j.preemptions_caused for j in run.jobs)
     assert suffered == pytest.approx(caused)
-    assert (suffered > 0) == make_policy(policy).preempts
+    assert (suffered > 0) == make_policy(PolicySpec(policy)).preempts
 
 
 @pytest.mark.parametrize("policy", [*ABLATIONS, "atp", "esa"])
 def test_fluid_model_never_holds_more_aggregators_than_exist(policy: str) -> None:
     cfg = SimConfig(pool=Pool(64), window=16, ps_processes=PER_JOB, ps_bps=25e9)
     jobs = [FlowJob(i, 4, 256 * 4096, 1e-5, priority=i % 4) for i in range(24)]
-    rates = comm_rates(cfg, make_policy(policy), jobs)
+    rates = comm_rates(cfg, make_policy(PolicySpec(policy)), jobs)
     held = sum(r.duty * (r.held + r.held_complete) for r in rates.values())
     assert 0 < held <= cfg.pool.aggregators
     assert all(0 <= r.bypass + r.evict <= 1 for r in rates.values())
-    traits = make_policy(policy)
+    traits = make_policy(PolicySpec(policy))
     assert any(r.evict > 0 for r in rates.values()) == traits.preempts
     # A complete sum waits for the PS only without early release; with it, the PS gets copies.
     assert any(r.held_complete > 0 for r in rates.values()) == (not traits.early_release)
@@ -99,7 +102,7 @@ def _two_jobs_one_aggregator(policy: str) -> dict[int, tuple[float, float, float
         spec(0, iterations=40, workers=4, iter_time_s=3e-5),
         spec(1, arrival_s=5e-5, iterations=10, workers=4, iter_time_s=7e-5),
     )
-    cfg = SimConfig(policy=policy, pool=Pool(1), window=1, worker_skew_s=2e-5)
+    cfg = SimConfig(spec=PolicySpec(policy), pool=Pool(1), window=1, worker_skew_s=2e-5)
     run = simulate_fragments(jobs, cfg)
     assert run.unfinished == 0
     return {j.job_id: (j.bytes_ps, j.preemptions_suffered, j.preemptions_caused) for j in run.jobs}

@@ -4,14 +4,17 @@ policy-change bug (hashed jobs inside static partitions) and the registry of nam
 from __future__ import annotations
 
 import pytest
+from p4ctl.protocol import Policy as SwitchPolicy
 from p4ctl.rule import hashed_index
 
+from scheduler.applier import switch_rule
 from scheduler.errors import IllegalTransition, MemoryConflict
 from scheduler.jobs import JobRecord, JobTable
 from scheduler.memory import JobState, MemoryMap, Partition, Pool
 from scheduler.registry import POLICIES, make_policy, policy_names, priority_names
 from scheduler.scheduler import Scheduler
 from scheduler.snapshot import Queue
+from scheduler.spec import PolicySpec
 
 from .conftest import spec
 
@@ -19,7 +22,7 @@ POOL = Pool(64, lanes=0)
 
 
 def _table(policy: str) -> JobTable:
-    return JobTable(Scheduler(policy, pool=POOL, seed=1), window=8)
+    return JobTable(Scheduler(PolicySpec(policy), pool=POOL, seed=1), window=8)
 
 
 def _state(rec: JobRecord) -> JobState:
@@ -27,7 +30,7 @@ def _state(rec: JobRecord) -> JobState:
 
 
 def _change_policy(table: JobTable, policy: str) -> None:
-    table.scheduler = Scheduler(policy, pool=POOL, seed=1)
+    table.scheduler = Scheduler(PolicySpec(policy), pool=POOL, seed=1)
 
 
 def test_a_policy_change_keeps_hashed_jobs_out_of_static_partitions() -> None:
@@ -95,4 +98,21 @@ def test_the_registry_names_every_policy_and_priority() -> None:
     assert policy_names() == ("static", "atp", "esa")
     assert priority_names() == ("fifo", "las", "srtf", "static")
     for name in policy_names():
-        assert make_policy(name).name == name == POLICIES[name].name  # type: ignore[attr-defined]
+        assert make_policy(PolicySpec(name)).name == name == POLICIES[name].name  # type: ignore[attr-defined]
+
+
+def test_a_job_keeps_the_switch_rule_it_was_admitted_under() -> None:
+    table = _table("static")
+    static = table.add(spec(1))
+    table.decide(0.0)
+    _change_policy(table, "esa")
+    table.add(spec(2))
+    table.decide(1.0)  # esa's round: job 2 waits below job 1's partition, job 1 gets a level
+    jobs = table.switch.pipeline.jobs  # type: ignore[attr-defined]
+    assert static.switch_job_id is not None
+    assert jobs[static.switch_job_id].policy == SwitchPolicy.STATIC
+    assert [switch_rule(p) for p in ("static", "atp", "esa")] == [
+        SwitchPolicy.STATIC,
+        SwitchPolicy.ATP,
+        SwitchPolicy.ESA,
+    ]

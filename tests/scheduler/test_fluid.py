@@ -10,6 +10,7 @@ from scheduler.config import PER_JOB, PsProcesses, SimConfig
 from scheduler.fluid import CommRate, FlowJob, comm_rates
 from scheduler.memory import Pool
 from scheduler.registry import make_policy
+from scheduler.spec import PolicySpec
 
 
 def _contended(seed: int, count: int) -> list[FlowJob]:
@@ -40,11 +41,11 @@ def test_warm_start_from_the_previous_set_reaches_the_cold_answer(
     policy: str, processes: PsProcesses
 ) -> None:
     # The simulator seeds each solve with the answer for the set before a job joined.
-    cfg = SimConfig(policy=policy, pool=Pool(2048), ps_processes=processes)
+    cfg = SimConfig(spec=PolicySpec(policy), pool=Pool(2048), ps_processes=processes)
     jobs = _contended(seed=7, count=12)
-    before = comm_rates(cfg, make_policy(policy), jobs[:-1])
-    cold = comm_rates(cfg, make_policy(policy), jobs)
-    warm = comm_rates(cfg, make_policy(policy), jobs, start=before)
+    before = comm_rates(cfg, make_policy(PolicySpec(policy)), jobs[:-1])
+    cold = comm_rates(cfg, make_policy(PolicySpec(policy)), jobs)
+    warm = comm_rates(cfg, make_policy(PolicySpec(policy)), jobs, start=before)
     assert cold.keys() == warm.keys() == {j.job_id for j in jobs}
     assert all(_close(cold[k], warm[k]) for k in cold)
 
@@ -53,15 +54,15 @@ def test_answer_is_a_fixed_point_where_a_fixed_damping_step_cycles() -> None:
     # Two jobs, a 64-aggregator pool and 10 Gbps PS processes: with a constant step of 1/2
     # the loss shares and the PS delay jump between two states every round and never settle.
     # Fed its own answer, the model must give that answer back.
-    cfg = SimConfig(policy="atp", pool=Pool(64), ps_processes=PER_JOB, ps_bps=10e9)
+    cfg = SimConfig(spec=PolicySpec("atp"), pool=Pool(64), ps_processes=PER_JOB, ps_bps=10e9)
     jobs = [FlowJob(0, 7, 683_385_025, 0.001), FlowJob(7, 15, 782_370_515, 0.0)]
-    first = comm_rates(cfg, make_policy("atp"), jobs)
-    again = comm_rates(cfg, make_policy("atp"), jobs, start=first)
+    first = comm_rates(cfg, make_policy(PolicySpec("atp")), jobs)
+    again = comm_rates(cfg, make_policy(PolicySpec("atp")), jobs, start=first)
     assert all(_close(first[k], again[k]) for k in first)
     assert all(0 < r.bypass < 0.95 for r in first.values())
 
 
 def test_empty_set_and_static_need_no_iteration() -> None:
-    assert comm_rates(SimConfig(), make_policy("esa"), []) == {}
-    alone = comm_rates(SimConfig(), make_policy("static"), [FlowJob(1, 4, 10**6, 0.01)])
+    assert comm_rates(SimConfig(), make_policy(PolicySpec("esa")), []) == {}
+    alone = comm_rates(SimConfig(), make_policy(PolicySpec("static")), [FlowJob(1, 4, 10**6, 0.01)])
     assert alone[1].bypass == alone[1].evict == 0.0

@@ -12,6 +12,7 @@ from scheduler.fragsim import simulate_fragments
 from scheduler.memory import Pool
 from scheduler.registry import make_policy
 from scheduler.simulator import simulate
+from scheduler.spec import PolicySpec
 from scheduler.workload import JobSpec
 
 SETUP, OVERHEAD, ITERATIONS = 0.25, 0.01, 6
@@ -21,7 +22,7 @@ LONE = (JobSpec(0, 0.0, 2, "probe", 8192, 0.002, ITERATIONS),)
 @pytest.mark.parametrize("simulator", [simulate, simulate_fragments])
 @pytest.mark.parametrize("policy", ["static", "atp", "esa"])
 def test_a_lone_job_takes_its_setup_and_every_iterations_overhead_longer(simulator, policy):
-    cfg = SimConfig(policy=policy, pool=Pool(256), window=32, link_bps=1e9)
+    cfg = SimConfig(spec=PolicySpec(policy), pool=Pool(256), window=32, link_bps=1e9)
     bare = simulator(LONE, cfg).jobs[0].jct_s
     slow = simulator(LONE, replace(cfg, job_setup_s=SETUP, iteration_overhead_s=OVERHEAD))
     assert slow.jobs[0].jct_s == pytest.approx(bare + SETUP + ITERATIONS * OVERHEAD, rel=1e-6)
@@ -31,7 +32,7 @@ def test_a_lone_job_takes_its_setup_and_every_iterations_overhead_longer(simulat
 def test_both_simulators_agree_on_contending_jobs_with_overheads(policy: str) -> None:
     jobs = tuple(JobSpec(i, 0.01 * i, 2, f"j{i}", 32768, 0.001, 5) for i in range(4))
     cfg = SimConfig(
-        policy=policy,
+        spec=PolicySpec(policy),
         pool=Pool(128),
         window=32,
         link_bps=1e9,
@@ -58,7 +59,7 @@ def _probes(count: int, iterations: int = 12) -> tuple[JobSpec, ...]:
 
 
 def test_jobs_share_the_switch_packet_rate() -> None:
-    cfg = replace(SWITCH, policy="static")
+    cfg = replace(SWITCH, spec=PolicySpec("static"))
     frags = 65536 // cfg.payload_bytes
     for count in (1, 2, 3):
         jct = simulate(_probes(count), cfg).jct_summary()["mean"]
@@ -70,7 +71,7 @@ def test_jobs_share_the_switch_packet_rate() -> None:
 @pytest.mark.parametrize("policy", ["static", "atp", "esa"])
 @pytest.mark.parametrize("cost", [0.0, 1.0, 2.5])
 def test_both_simulators_agree_on_a_shared_switch(policy: str, cost: float) -> None:
-    cfg = replace(SWITCH, policy=policy, ps_processes=1, ps_switch_cost=cost)
+    cfg = replace(SWITCH, spec=PolicySpec(policy), ps_processes=1, ps_switch_cost=cost)
     jobs = tuple(JobSpec(i, 0.05 * i, 2, f"j{i}", 32768, 0.01, 8) for i in range(3))
     fluid = simulate(jobs, cfg).jct_summary()["mean"]
     fragments = simulate_fragments(jobs, cfg).jct_summary()["mean"]
@@ -83,7 +84,7 @@ def test_both_simulators_agree_on_a_shared_switch(policy: str, cost: float) -> N
 
 @pytest.mark.parametrize(("cost", "slower"), [(1.0, 1.2), (2.5, 1.5)])
 def test_a_ps_on_the_switch_cpu_slows_esa_by_its_copies(cost: float, slower: float) -> None:
-    cfg = replace(SWITCH, policy="esa", ps_processes=1)
+    cfg = replace(SWITCH, spec=PolicySpec("esa"), ps_processes=1)
     apart = simulate(_probes(2), cfg).jct_summary()["mean"]
     shared = simulate(_probes(2), replace(cfg, ps_switch_cost=cost)).jct_summary()["mean"]
     # esa copies every completed sum to the PS: 2 in, 2 results and the copy out, and the
@@ -99,11 +100,13 @@ def test_a_negative_ps_switch_cost_is_refused() -> None:
 @pytest.mark.parametrize("policy", ["static", "atp", "esa"])
 def test_no_job_communicating_is_no_error_on_a_shared_switch(policy: str) -> None:
     # The set of communicating jobs is empty whenever every admitted job is computing.
-    assert comm_rates(SWITCH, make_policy(policy), []) == {}
+    assert comm_rates(SWITCH, make_policy(PolicySpec(policy)), []) == {}
 
 
 def test_more_static_jobs_than_partitions_queue_on_a_shared_switch() -> None:
-    cfg = replace(SWITCH, policy="static")  # 256 aggregators: four partitions of window 32
+    cfg = replace(
+        SWITCH, spec=PolicySpec("static")
+    )  # 256 aggregators: four partitions of window 32
     result = simulate(_probes(5), cfg)
     assert len(result.jobs) == 5
     assert max(r.admitted_s or 0.0 for r in result.jobs) > 0  # the fifth waited

@@ -11,6 +11,7 @@ from scheduler.errors import UnknownName
 from scheduler.memory import JobState, MemoryMap, Pool
 from scheduler.scheduler import Scheduler
 from scheduler.snapshot import Admit, Queue, Reclaim, Reject, SetPriority
+from scheduler.spec import PolicySpec
 
 from .conftest import view
 
@@ -24,7 +25,7 @@ def test_public_names_are_sorted() -> None:
 
 
 def test_static_queues_fifo_and_backfills_a_job_that_fits() -> None:
-    s = Scheduler("static", pool=Pool(64))
+    s = Scheduler(PolicySpec("static"), pool=Pool(64))
     jobs = [view(1, window=16), view(2, window=24), view(3, window=8)]
     decisions = s.decide(s.snapshot(0.0, jobs))
     assert isinstance(decisions[0], Admit) and decisions[0].partition is not None
@@ -33,13 +34,13 @@ def test_static_queues_fifo_and_backfills_a_job_that_fits() -> None:
 
 
 def test_static_rejects_a_window_larger_than_the_pool() -> None:
-    s = Scheduler("static", pool=Pool(16))
+    s = Scheduler(PolicySpec("static"), pool=Pool(16))
     (decision,) = s.decide(s.snapshot(0.0, [view(1, window=9)]))
     assert isinstance(decision, Reject) and "smaller window" in decision.reason
 
 
 def test_static_rounds_a_window_up_to_a_power_of_two_partition() -> None:
-    s = Scheduler("static", pool=Pool(512))
+    s = Scheduler(PolicySpec("static"), pool=Pool(512))
     (admit,) = s.decide(s.snapshot(0.0, [view(1, window=100)]))
     assert isinstance(admit, Admit) and admit.partition is not None
     assert (admit.partition.base, admit.partition.slots) == (0, 128)
@@ -47,7 +48,7 @@ def test_static_rounds_a_window_up_to_a_power_of_two_partition() -> None:
 
 def test_static_rejection_names_the_rounded_partition_and_a_window_that_fits() -> None:
     # 9 slots would fit 18 aggregators, but the switch needs 16 slots (32 aggregators).
-    s = Scheduler("static", pool=Pool(18))
+    s = Scheduler(PolicySpec("static"), pool=Pool(18))
     (decision,) = s.decide(s.snapshot(0.0, [view(1, window=9)]))
     assert isinstance(decision, Reject)
     assert "16 slots" in decision.reason and "at most 8" in decision.reason
@@ -55,7 +56,7 @@ def test_static_rejection_names_the_rounded_partition_and_a_window_that_fits() -
 
 def test_shared_policies_admit_everyone_with_a_seeded_hash() -> None:
     for name in ("atp", "esa"):
-        s = Scheduler(name, pool=Pool(8), seed=7)
+        s = Scheduler(PolicySpec(name), pool=Pool(8), seed=7)
         decisions = s.decide(s.snapshot(0.0, [view(i) for i in range(20)]))
         admits = [d for d in decisions if isinstance(d, Admit)]
         assert len(admits) == 20
@@ -68,20 +69,20 @@ def test_shared_policies_admit_everyone_with_a_seeded_hash() -> None:
 
 
 def test_esa_sets_priorities_and_only_changes() -> None:
-    s = Scheduler("esa", "srtf")
+    s = Scheduler(PolicySpec("esa", "srtf"))
     jobs = [view(1, RUN, iterations=100, priority=0), view(2, RUN, iterations=10, priority=15)]
     decisions = s.decide(s.snapshot(0.0, jobs))
     assert decisions == (SetPriority(1, 7),)
 
 
 def test_atp_sets_no_priorities() -> None:
-    s = Scheduler("atp")
+    s = Scheduler(PolicySpec("atp"))
     decisions = s.decide(s.snapshot(0.0, [view(1), view(2, RUN, hash_seed=3)]))
     assert not any(isinstance(d, SetPriority) for d in decisions)
 
 
 def test_a_terminal_job_holding_memory_is_reclaimed() -> None:
-    s = Scheduler("static", pool=Pool(64))
+    s = Scheduler(PolicySpec("static"), pool=Pool(64))
     part = s.decide(s.snapshot(0.0, [view(1, window=4)]))[0]
     assert isinstance(part, Admit)
     done = view(1, JobState.FINISHED, window=4, partition=part.partition)
@@ -90,17 +91,7 @@ def test_a_terminal_job_holding_memory_is_reclaimed() -> None:
 
 def test_unknown_policy_names_the_known_ones() -> None:
     with pytest.raises(UnknownName, match="atp, esa, esa-nopreempt, esa-norelease, static"):
-        Scheduler("swapped")
-
-
-def test_aggregator_params_for_static_and_shared_jobs() -> None:
-    s = Scheduler("static", pool=Pool(64, lanes=64))
-    (admit,) = s.decide(s.snapshot(0.0, [view(1, window=4)]))
-    assert isinstance(admit, Admit)
-    params = s.aggregator_params(view(1, RUN, partition=admit.partition))
-    assert (params.partition_base, params.partition_slots, params.hash_seed) == (0, 4, None)
-    shared = Scheduler("esa", pool=Pool(64)).aggregator_params(view(1, RUN, hash_seed=9))
-    assert (shared.aggregators, shared.hash_seed, shared.partition_base) == (64, 9, None)
+        Scheduler(PolicySpec("swapped"))
 
 
 @settings(max_examples=40, deadline=None)
@@ -108,7 +99,7 @@ def test_aggregator_params_for_static_and_shared_jobs() -> None:
 def test_static_partitions_are_powers_of_two_that_never_overlap_or_exceed_the_pool(
     arrivals: list[tuple[int, bool]],
 ) -> None:
-    s = Scheduler("static", pool=Pool(96))
+    s = Scheduler(PolicySpec("static"), pool=Pool(96))
     mem = MemoryMap(s.pool)
     jobs = {}
     for i, (window, finish_one) in enumerate(arrivals):

@@ -10,6 +10,7 @@ from scheduler.fluid import FlowJob, comm_rates
 from scheduler.memory import Pool
 from scheduler.registry import make_policy
 from scheduler.simulator import simulate
+from scheduler.spec import PolicySpec
 from scheduler.workload import JobSpec
 
 # Single jobs that arrive 5e6 - 3e7 s into a run (a queued week at 1/16 of a Tofino's memory
@@ -29,9 +30,11 @@ def test_a_late_job_finishes_with_the_jct_of_its_iterations(
     arrival_s: float, iter_time_s: float, iterations: int
 ) -> None:
     job = JobSpec(0, arrival_s, 2, "m", 4_000_000, iter_time_s, iterations)
-    cfg = SimConfig(policy="static", pool=Pool(1024))
+    cfg = SimConfig(spec=PolicySpec("static"), pool=Pool(1024))
     run = simulate([job], cfg)
     assert run.unfinished == 0
     [result] = run.jobs
-    alone = comm_rates(cfg, make_policy("static"), [FlowJob(0, 2, 4_000_000, iter_time_s)])
+    alone = comm_rates(
+        cfg, make_policy(PolicySpec("static")), [FlowJob(0, 2, 4_000_000, iter_time_s)]
+    )
     assert result.jct_s == pytest.approx(iterations * (iter_time_s + alone[0].t_comm_s), rel=1e-9)

@@ -11,6 +11,7 @@ from scheduler.fragsim import simulate_fragments
 from scheduler.memory import Pool
 from scheduler.registry import make_policy
 from scheduler.simulator import simulate
+from scheduler.spec import PolicySpec
 from scheduler.validate import validate
 from scheduler.workload import load_workload
 
@@ -22,7 +23,7 @@ POLICIES = ("static", "atp", "esa")
 @pytest.mark.parametrize("policy", POLICIES)
 def test_every_job_finishes_and_memory_shares_add_up(policy: str) -> None:
     jobs = load_workload("synthetic-40")
-    run = simulate(jobs, SimConfig(policy=policy, pool=Pool(2048)))
+    run = simulate(jobs, SimConfig(spec=PolicySpec(policy), pool=Pool(2048)))
     assert run.unfinished == 0 and len(run.jobs) == 40
     assert all(j.queueing_s >= 0 and j.jct_s > 0 for j in run.jobs)
     for u in run.utilisation:
@@ -33,13 +34,13 @@ def test_every_job_finishes_and_memory_shares_add_up(policy: str) -> None:
 @pytest.mark.parametrize("sim", [simulate, simulate_fragments])
 def test_same_seed_same_results(sim: object) -> None:
     jobs = tuple(spec(i, arrival_s=i * 2e-4, workers=2 + i % 3) for i in range(4))
-    cfg = SimConfig(policy="esa", pool=Pool(32), window=8, seed=3)
+    cfg = SimConfig(spec=PolicySpec("esa"), pool=Pool(32), window=8, seed=3)
     assert sim(jobs, cfg) == sim(jobs, cfg)  # type: ignore[operator]
 
 
 def test_static_queues_when_memory_is_full() -> None:
     jobs = tuple(spec(i) for i in range(3))
-    run = simulate_fragments(jobs, SimConfig(policy="static", pool=Pool(32), window=8))
+    run = simulate_fragments(jobs, SimConfig(spec=PolicySpec("static"), pool=Pool(32), window=8))
     assert run.unfinished == 0
     assert sorted(j.queueing_s > 0 for j in run.jobs) == [False, False, True]
     assert all(j.bytes_ps == 0 for j in run.jobs)
@@ -52,7 +53,7 @@ def _two_jobs_one_aggregator(policy: str) -> dict[int, tuple[float, float, float
         spec(0, iterations=40, workers=4, iter_time_s=3e-5),
         spec(1, arrival_s=5e-5, iterations=10, workers=4, iter_time_s=7e-5),
     )
-    cfg = SimConfig(policy=policy, pool=Pool(1), window=1, worker_skew_s=2e-5)
+    cfg = SimConfig(spec=PolicySpec(policy), pool=Pool(1), window=1, worker_skew_s=2e-5)
     run = simulate_fragments(jobs, cfg)
     assert run.unfinished == 0
     return {j.job_id: (j.bytes_ps, j.preemptions_suffered, j.preemptions_caused) for j in run.jobs}
@@ -73,7 +74,7 @@ def test_atp_first_comer_keeps_the_aggregator() -> None:
 
 def test_esa_with_aging_finishes_every_admitted_job() -> None:
     jobs = tuple(spec(i, arrival_s=i * 1e-4, iterations=6 + 4 * i, workers=4) for i in range(6))
-    cfg = SimConfig(policy="esa", pool=Pool(8), window=4, aging_s=1e-4)
+    cfg = SimConfig(spec=PolicySpec("esa", aging_s=1e-4), pool=Pool(8), window=4)
     for sim in (simulate, simulate_fragments):
         run = sim(jobs, cfg)
         assert run.unfinished == 0 and len(run.jobs) == 6
@@ -91,8 +92,8 @@ def test_atp_never_loads_a_ps_process_beyond_its_capacity() -> None:
     # Windows close the loop: jobs slow down until the PS keeps up, whatever the contention.
     jobs = [FlowJob(i, 8, 64 * 256 * 1000, 1e-3) for i in range(12)]
     for processes in (1, 3, PER_JOB):
-        cfg = SimConfig(policy="atp", pool=Pool(512), ps_processes=processes)
-        rates = comm_rates(cfg, make_policy("atp"), jobs)
+        cfg = SimConfig(spec=PolicySpec("atp"), pool=Pool(512), ps_processes=processes)
+        rates = comm_rates(cfg, make_policy(PolicySpec("atp")), jobs)
         load: dict[int, float] = {}
         for j in jobs:
             load[cfg.ps_of(j.job_id)] = (
@@ -106,7 +107,7 @@ def test_atp_never_loads_a_ps_process_beyond_its_capacity() -> None:
 def test_more_ps_processes_never_slow_atp_down(sim: object) -> None:
     jobs = tuple(spec(i, arrival_s=i * 1e-5, workers=4, iterations=4) for i in range(4))
     shared, own = (
-        sim(jobs, SimConfig(policy="atp", pool=Pool(256), window=8, ps_processes=p))  # type: ignore[operator]
+        sim(jobs, SimConfig(spec=PolicySpec("atp"), pool=Pool(256), window=8, ps_processes=p))  # type: ignore[operator]
         for p in (1, PER_JOB)
     )
     assert shared.unfinished == own.unfinished == 0
@@ -117,7 +118,7 @@ def test_progress_mark_resets_the_aging_clock() -> None:
     from scheduler.jobs import JobTable
     from scheduler.scheduler import Scheduler
 
-    table = JobTable(Scheduler("esa", aging_s=1.0), window=8)
+    table = JobTable(Scheduler(PolicySpec("esa", aging_s=1.0)), window=8)
     recs = [table.add(spec(i, iterations=10 * (i + 1))) for i in range(2)]
     table.decide(0.0)
     base = {r.spec.job_id: r.priority for r in recs}
@@ -138,7 +139,7 @@ def test_a_policy_that_does_not_preempt_needs_no_round_at_a_progress_mark(
     # The simulator skips those rounds where ranks are not read; deciding at every event
     # instead must give the same run, to the byte, with memory scarce (jobs queue) or not.
     jobs = [replace(j, arrival_s=j.arrival_s / 8) for j in load_workload("synthetic-40")]
-    cfg = SimConfig(policy=policy, pool=Pool(aggregators))
+    cfg = SimConfig(spec=PolicySpec(policy), pool=Pool(aggregators))
     skipping = simulate(jobs, cfg)
     monkeypatch.setattr(simulator, "_reranks", lambda policy: True)
     assert simulate(jobs, cfg) == skipping

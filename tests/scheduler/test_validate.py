@@ -11,6 +11,7 @@ from scheduler.fluid import FlowJob, comm_rates
 from scheduler.memory import Pool
 from scheduler.registry import make_policy
 from scheduler.simulator import simulate
+from scheduler.spec import PolicySpec
 from scheduler.validate import (
     BOUND,
     FAMILIES,
@@ -35,12 +36,12 @@ def test_memory_cases_give_the_jobs_at_least_four_pools_of_windows() -> None:
 
 @pytest.mark.parametrize("load", [0.6, 0.9])
 def test_ps_rate_for_a_load_gives_that_load_to_a_lone_streaming_atp_job(load: float) -> None:
-    base = SimConfig(policy="atp", pool=Pool(256), window=16, ps_processes="per-job")
+    base = SimConfig(spec=PolicySpec("atp"), pool=Pool(256), window=16, ps_processes="per-job")
     cfg = replace(base, ps_bps=ps_bps_for_load(load, base))
     window_rate = cfg.window / (cfg.rtt_s + cfg.ps_detour_s)
     assert window_rate * cfg.ps_fragment_s == pytest.approx(load)
     # With its queue, the fluid model's lone job loads its PS a little more, never past it.
-    alone = comm_rates(cfg, make_policy("atp"), [FlowJob(0, 4, 256 * 4096, 0.0)])[0]
+    alone = comm_rates(cfg, make_policy(PolicySpec("atp")), [FlowJob(0, 4, 256 * 4096, 0.0)])[0]
     assert load * 0.9 < alone.ps_critical / alone.duty * cfg.ps_fragment_s < 1.0
 
 
@@ -54,8 +55,8 @@ def test_ps_families_load_their_ps_as_named() -> None:
 
 def test_levels_cases_have_many_levels_and_jobs_climb_them_by_aging() -> None:
     for jobs, cfg in cases("levels", 3):
-        assert cfg.levels >= 8 and len(jobs) >= 8
-        run = simulate(jobs, replace(cfg, policy="esa"))
+        assert cfg.spec.levels >= 8 and len(jobs) >= 8
+        run = simulate(jobs, replace(cfg, spec=replace(cfg.spec, policy="esa")))
         spec = {j.job_id: j for j in jobs}
         # Time each job spent bypassed or evicted per progress mark (its aging clock's span),
         # in aging steps: most jobs climb at least one level before a mark resets them.
@@ -64,7 +65,7 @@ def test_levels_cases_have_many_levels_and_jobs_climb_them_by_aging() -> None:
             s = spec[r.job_id]
             comm = r.jct_s - r.queueing_s - s.iterations * s.iter_time_s
             lost = r.bytes_ps / (r.bytes_ps + r.bytes_switch)
-            steps.append(comm * lost * cfg.progress_step / cfg.aging_s)
+            steps.append(comm * lost * cfg.progress_step / cfg.spec.aging_s)
         assert sum(x >= 1 for x in steps) > len(steps) / 2, steps
 
 
@@ -104,7 +105,9 @@ def test_a_lone_job_holds_its_first_windows_aggregators_for_their_spread_only() 
     # contributions (the workers' start skew; after the first window the spread closes).
     workers, frags = 8, 40
     cfg = SimConfig(pool=Pool(4096), window=16)
-    alone = comm_rates(cfg, make_policy("esa"), [FlowJob(0, workers, 256 * frags, 1e-4)])[0]
+    alone = comm_rates(
+        cfg, make_policy(PolicySpec("esa")), [FlowJob(0, workers, 256 * frags, 1e-4)]
+    )[0]
     assert alone.bypass == 0 and alone.held_complete == 0
     skew = cfg.worker_skew_s * (workers - 1) / (workers + 1)
     assert alone.held * alone.t_comm_s == pytest.approx(cfg.window * skew, rel=1e-9)
@@ -115,8 +118,8 @@ def test_a_lone_esa_job_is_held_by_its_window_as_a_static_one() -> None:
     # per round trip, not at line rate (the fluid model once let esa ignore its window).
     job = FlowJob(0, 4, 256 * 400, 1e-4)
     cfg = SimConfig(pool=Pool(4096), window=16)
-    static = comm_rates(cfg, make_policy("static"), [job])[0]
-    esa = comm_rates(cfg, make_policy("esa"), [job])[0]
+    static = comm_rates(cfg, make_policy(PolicySpec("static")), [job])[0]
+    esa = comm_rates(cfg, make_policy(PolicySpec("esa")), [job])[0]
     assert esa.bypass == 0
     assert esa.t_comm_s == pytest.approx(static.t_comm_s, rel=1e-6)
     assert esa.t_comm_s > 400 * cfg.rtt_s / cfg.window

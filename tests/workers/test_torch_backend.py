@@ -151,7 +151,9 @@ def test_inasched_backend_under_torchrun(tmp_path: Path) -> None:
     from api.store.crud import create_tenant_token
     from tests.api.conftest import LiveServer
 
-    settings = Settings(data_dir=tmp_path, aggregators=1024, port=0, heartbeat_timeout_s=60.0)
+    settings = Settings(
+        data_dir=tmp_path, heartbeat_timeout_s=60.0, switch={"aggregators": 1024}, http={"port": 0}
+    )
     app = create_app(settings)
     with app.state.service.sessions() as s:
         token = create_tenant_token(s, tenant="torch")

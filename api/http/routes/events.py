@@ -2,7 +2,7 @@
 
 A stream reads what the service's `EventBus` queued for it and nothing else: no store
 connection while it is open, no per-stream work per event. A tenant holds at most
-``tenant_max_streams`` streams (429 beyond); a revoked token's stream ends within about
+``tenant.max_streams`` streams (429 beyond); a revoked token's stream ends within about
 `STREAM_CHECK_S`.
 """
 
@@ -55,7 +55,7 @@ async def stream(
         raise HTTPException(
             429,
             f"tenant '{caller.tenant.name}' holds {exc.limit} event streams already, the most "
-            "it may (setting tenant_max_streams); close one and try again",
+            "it may (INASCHED_TENANT_MAX_STREAMS); close one and try again",
             headers={"Retry-After": str(RETRY_AFTER_S)},
         ) from None
     try:

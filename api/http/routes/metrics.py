@@ -18,7 +18,7 @@ def _with_tenants(request: Request, service: ServiceDep) -> bool:
     """True when the request carries the configured scrape token; 401 for another bearer
     token when one is configured. Read from the header here, not declared as a security
     scheme: the route stays open in the OpenAPI document, as scrapers use it."""
-    expected = service.settings.metrics_token
+    expected = service.settings.metrics.token
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     if expected is None or scheme.lower() != "bearer" or not given.strip():
         return False

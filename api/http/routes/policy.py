@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from fastapi import APIRouter
 
-from api.coordinator.topology import PolicyConfig
 from api.http.deps import AdminDep, ServiceDep, TenantDep
 from api.schemas import PolicyPublic, PolicyUpdate
+from scheduler.spec import PolicySpec
 
 router = APIRouter(prefix="/policy", tags=["policy"])
 
@@ -15,16 +17,8 @@ APPLIES_TO = (
 )
 
 
-def _public(config: PolicyConfig) -> PolicyPublic:
-    return PolicyPublic.model_validate(
-        {
-            "policy": config.policy,
-            "priority": config.priority,
-            "levels": config.levels,
-            "aging_s": config.aging_s,
-            "applies_to": APPLIES_TO,
-        }
-    )
+def _public(spec: PolicySpec) -> PolicyPublic:
+    return PolicyPublic.model_validate({**asdict(spec), "applies_to": APPLIES_TO})
 
 
 @router.get("", summary="the current policy")
@@ -41,11 +35,11 @@ def update_policy(update: PolicyUpdate, _: AdminDep, service: ServiceDep) -> Pol
     """The new policy, with ``applies_to`` saying which jobs it governs. Only an admin token
     may change it: the policy governs every tenant's jobs."""
     old = service.coordinator.policy
-    config = PolicyConfig(
+    spec = PolicySpec(
         policy=update.policy,
         priority=update.priority or old.priority,
         levels=update.levels or old.levels,
         aging_s=update.aging_s or old.aging_s,
     )
-    service.coordinator.set_policy(config)
-    return _public(config)
+    service.coordinator.set_policy(spec)
+    return _public(spec)

@@ -16,7 +16,7 @@ from typing import Any
 
 from bench.jct.params import BenchParams
 from bench.jct.validate.fit import bisect_log, skewed_runner
-from scheduler.registry import make_policy, policy_names
+from scheduler.registry import policy_class, policy_names
 from scheduler.workload import JobSpec
 
 __all__ = ["CALIBRATED", "calibrate", "sim_avg_jct"]
@@ -27,7 +27,7 @@ PPS_BRACKET = (1.0, 1e9)
 COST_BRACKET = (1e-3, 50.0)
 
 # The policies whose packets the PS costs the switch's CPU: those that send some to a PS.
-SHARED = tuple(name for name in policy_names() if make_policy(name).shared)
+SHARED = tuple(name for name in policy_names() if policy_class(name).shared)
 
 
 def sim_avg_jct(jobs: Sequence[JobSpec], policy: str, params: BenchParams) -> float:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.jct.validate.probe import K1, K2
-from scheduler.registry import make_policy, policy_names
+from scheduler.registry import policy_class, policy_names
 
 __all__ = ["MARKER", "TOLERANCE", "compare", "mean_summary", "render_section"]
 
@@ -132,7 +132,7 @@ def _table(title: str, result: dict[str, Any]) -> list[str]:
 
 def _path(policy: str) -> str:
     """Where a probe of `policy` sends its fragments, from the policy's traits."""
-    traits = make_policy(policy)
+    traits = policy_class(policy)
     if not traits.shared:
         return "switch path"
     return "switch, a copy to the PS" if traits.early_release else "switch + PS"
