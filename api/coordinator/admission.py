@@ -23,7 +23,7 @@ __all__ = ["SubmitBuckets", "SubmitLimits", "check_submission"]
 
 @dataclass(frozen=True, slots=True)
 class SubmitLimits:
-    """The service's defaults (settings ``tenant.max_priority_class``, ``tenant_submit_rate``,
+    """The service's defaults (settings ``tenant.max_priority_class``, ``tenant.submit_rate``,
     ``tenant.submit_burst``)."""
 
     max_priority_class: int
