@@ -9,16 +9,27 @@ in `scheduler.registry`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
 from scheduler.memory import JobState
 from scheduler.priority import get_priority
 from scheduler.snapshot import Admit, Decision, JobView, Queue, Reclaim, Snapshot, hash_seed
 
-if TYPE_CHECKING:
-    from scheduler.spec import PolicySpec
+__all__ = ["Policy", "PolicyParams"]
 
-__all__ = ["Policy"]
+
+class PolicyParams(Protocol):
+    """What a policy is built from: `scheduler.spec.PolicySpec` (named here by its shape, so
+    that the spec, which checks its names against the registry, is not imported back)."""
+
+    @property
+    def policy(self) -> str: ...
+    @property
+    def priority(self) -> str: ...
+    @property
+    def levels(self) -> int: ...
+    @property
+    def aging_s(self) -> float: ...
 
 
 class Policy(ABC):
@@ -35,7 +46,7 @@ class Policy(ABC):
     #: policy's priority levels matter; False when the first claim keeps the aggregator.
     preempts: ClassVar[bool] = False
 
-    def __init__(self, spec: PolicySpec) -> None:
+    def __init__(self, spec: PolicyParams) -> None:
         self.spec = spec
         self.priority_key = get_priority(spec.priority)
 

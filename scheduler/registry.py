@@ -11,18 +11,13 @@ here. The REST schemas, the CLI choices and the service settings take their name
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from scheduler.ablations import EsaNoPreemptPolicy, EsaNoReleasePolicy
 from scheduler.atp import AtpPolicy
 from scheduler.errors import UnknownName
 from scheduler.esa import EsaPolicy
-from scheduler.policy import Policy
+from scheduler.policy import Policy, PolicyParams
 from scheduler.priority import PRIORITIES, get_priority
 from scheduler.static import StaticPolicy
-
-if TYPE_CHECKING:
-    from scheduler.spec import PolicySpec
 
 __all__ = [
     "ABLATIONS",
@@ -65,7 +60,7 @@ def policy_class(name: str) -> type[Policy]:
     return cls
 
 
-def make_policy(spec: PolicySpec) -> Policy:
+def make_policy(spec: PolicyParams) -> Policy:
     """A new policy (or ablation) as `spec` says."""
     return policy_class(spec.policy)(spec)
 
