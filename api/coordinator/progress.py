@@ -9,12 +9,11 @@ Progress beyond that is capped before the policy sees it, logged, and counted on
 (``inasched_unsupported_progress_total``).
 
 Counters are read once per tick, so an honest report can run ahead of the last read: a claim
-is judged only against a read taken after it (the claim as it stood at the previous read), so
-honest jobs are never flagged; their priority uses the lower, counted figure until the next
-read. The same counters bound a job's declared length from the other side: a job whose counted
-packets account for more iterations than it declared over-ran its declaration (`Overrun`,
-counted on ``/metrics`` as ``inasched_jobs_overran_declaration_total``); its view then carries
-the counted work, and srtf ranks it by that (`scheduler.priority`).
+is judged only against a read taken after it, so honest jobs are never flagged. The counters
+bound a job's declared length too: one whose packets pass what its declared iterations take
+(by more than `OVERRUN_SLACK`) over-ran its declaration (`Overrun`, counted in
+``inasched_jobs_overran_declaration_total``); its view then carries the counted work, by which
+srtf ranks it (`scheduler.priority`).
 """
 
 from __future__ import annotations
@@ -33,6 +32,10 @@ log = logging.getLogger(__name__)
 # Packets of a job's workers that the switch took into an aggregation (in its registers, or
 # bypassed to the PS); resent and dropped packets are not progress.
 SWITCHED = ("job_aggregated", "job_bypassed")
+# How far past its declaration an honest job's packets can go: each allreduce pads to whole
+# fragments (DDP's buckets each do, so an iteration can take a few more fragments than its
+# gradient), and a training loop may allreduce a few scalars besides its gradient.
+OVERRUN_SLACK = 0.125
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +83,13 @@ def packets_per_iteration(claim: Claim, *, lanes: int) -> int:
 
 def supported_iterations(claim: Claim, raw: Mapping[str, int], *, lanes: int) -> int:
     """Iterations the switch's counters `raw` (of the claim's switch job id) account for."""
-    seen = sum(max(0, raw.get(n, 0) - int(claim.counter_base.get(n, 0))) for n in SWITCHED)
-    return seen // packets_per_iteration(claim, lanes=lanes)
+    return switched_packets(claim, raw) // packets_per_iteration(claim, lanes=lanes)
+
+
+def switched_packets(claim: Claim, raw: Mapping[str, int]) -> int:
+    """Packets of the claim's job that the switch's counters `raw` (of its switch job id)
+    took into an aggregation since the job got the id."""
+    return sum(max(0, raw.get(n, 0) - int(claim.counter_base.get(n, 0))) for n in SWITCHED)
 
 
 class ProgressCheck:
@@ -139,14 +147,13 @@ class ProgressCheck:
             return None
         if claim.job_id in self._overran:
             return None
-        counted = supported_iterations(
-            claim, counters.get(claim.switch_job_id, {}), lanes=self.lanes
-        )
-        if counted <= claim.iterations:
+        packets = switched_packets(claim, counters.get(claim.switch_job_id, {}))
+        per_iteration = packets_per_iteration(claim, lanes=self.lanes)
+        if packets <= claim.iterations * per_iteration * (1 + OVERRUN_SLACK):
             return None
+        counted = packets // per_iteration
         self._overran.add(claim.job_id)
         self.overran_total += 1
-        per_iteration = packets_per_iteration(claim, lanes=self.lanes)
         log.warning(
             "job %d over-ran its declaration: it declared %d iterations (%d packets each), the "
             "switch counted packets for %d; srtf ranks it by attained service from now on",
