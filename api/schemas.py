@@ -192,6 +192,11 @@ class JobPublic(BaseModel):
     bytes_ps: int
     preemptions_caused: int
     preemptions_suffered: int
+    overran_declaration: bool = Field(
+        default=False,
+        description="the switch counted more of the job's packets than its declared iterations "
+        "account for: srtf ranks it by attained service, behind every job whose declaration holds",
+    )
 
 
 class JobCreated(JobPublic):

@@ -245,12 +245,14 @@ def _submitted(job: dict[str, Any], service: str) -> str:
 
 COLUMNS = ("ID", "NAME", "STATE", "POLICY", "PRIO", "WORKERS", "PROGRESS", "JCT_S", "WHY")
 RIGHT = {"ID", "PRIO", "WORKERS", "PROGRESS", "JCT_S"}
+OVERRAN = "over-ran its declared iterations: ranked by attained service"
 
 
 def _row(job: dict[str, Any]) -> tuple[str, ...]:
     jct = f"{job['jct_s']:.2f}" if job.get("jct_s") is not None else "-"
     queue = job.get("queue_reason") or {}
-    why = job.get("reason") or queue.get("message") or ""
+    overran = OVERRAN if job.get("overran_declaration") else ""
+    why = job.get("reason") or queue.get("message") or overran
     return (
         str(job["id"]),
         str(job["name"]),

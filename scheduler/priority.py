@@ -1,6 +1,7 @@
 """Priority functions and their mapping to the switch's priority levels.
 
-A priority function orders jobs: `key` returns a number, smaller means served first. `levels`
+A priority function orders jobs: `key` returns a `Rank` (a tuple of numbers, compared in
+order), smaller means served first. `levels`
 turns the order of the active jobs into switch levels ``0 .. levels-1`` where a HIGHER level
 wins (the switch preempts when the new job's ``job_table`` priority > ``agg_priority[held]``).
 Ranks are spread evenly over the levels, so with no more jobs than levels each has its own.
@@ -10,8 +11,10 @@ Aging: every `aging_s` seconds a job spends bypassed or evicted since its last p
 job that progresses drops back to the level its rank gives it.
 
 Registered functions (`PRIORITIES`): ``srtf`` (default; least remaining work = remaining
-iterations x gradient bytes, attained service for jobs of unknown length), ``las`` (least
-attained service), ``fifo`` (earliest arrival), ``static`` (user class, higher class first).
+iterations x gradient bytes, attained service for jobs of unknown length; a job that over-ran
+its declared length ranks behind every job whose declaration holds, by attained service),
+``las`` (least attained service), ``fifo`` (earliest arrival), ``static`` (user class, higher
+class first).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ __all__ = [
     "DEFAULT_LEVELS",
     "PRIORITIES",
     "PriorityKey",
+    "Rank",
     "get_priority",
     "levels",
     "register_priority",
@@ -37,24 +41,29 @@ DEFAULT_LEVELS = 16
 # Long enough that a short burst of bypasses does not reorder jobs, short against a job.
 DEFAULT_AGING_S = 60.0
 
-PriorityKey = Callable[[JobView], float]
+Rank = tuple[float, ...]
+PriorityKey = Callable[[JobView], Rank]
 
 
-def _srtf(job: JobView) -> float:
+def _srtf(job: JobView) -> Rank:
+    if job.overran_declaration:
+        # Its declared length bought its rank and the switch counted more: it keeps no claim
+        # from it, and never ranks above a job whose declaration holds.
+        return (1.0, job.attained_bytes)
     remaining = job.remaining_bytes
-    return remaining if math.isfinite(remaining) else _las(job)
+    return (0.0, remaining if math.isfinite(remaining) else job.attained_bytes)
 
 
-def _las(job: JobView) -> float:
-    return job.attained_bytes
+def _las(job: JobView) -> Rank:
+    return (job.attained_bytes,)
 
 
-def _fifo(job: JobView) -> float:
-    return job.arrival_s
+def _fifo(job: JobView) -> Rank:
+    return (job.arrival_s,)
 
 
-def _static(job: JobView) -> float:
-    return -float(job.priority_class)
+def _static(job: JobView) -> Rank:
+    return (-float(job.priority_class),)
 
 
 PRIORITIES: dict[str, PriorityKey] = {
@@ -93,7 +102,7 @@ def levels(
     count = len(ordered)
     out: dict[int, int] = {}
     rank = 0
-    previous: float | None = None
+    previous: Rank | None = None
     for i, (k, _, _, job) in enumerate(ordered):
         if previous is None or k != previous:
             rank = i

@@ -34,7 +34,9 @@ class JobView:
     priority is recomputed anyway): a job that keeps making progress sheds its boost, one that
     stalls while losing fragments keeps climbing until it is at the top.
     `partition`/`hash_seed`/`shared_pool` are what an earlier `Admit` gave it; `priority` is
-    the level the switch holds for it now.
+    the level the switch holds for it now. `overran_declaration` is set once the switch counted
+    more of the job's packets than its declared `iterations` account for: its length is unknown
+    from then on, and `iterations_done` is the work the switch counted.
     """
 
     job_id: int
@@ -51,11 +53,13 @@ class JobView:
     partition: Partition | None = None
     hash_seed: int | None = None
     shared_pool: int | None = None
+    overran_declaration: bool = False
 
     @property
     def remaining_bytes(self) -> float:
-        """Gradient bytes still to aggregate (inf for a job of unknown length)."""
-        if self.iterations is None:
+        """Gradient bytes still to aggregate (inf for a job of unknown length, and for one
+        that over-ran its declared length)."""
+        if self.iterations is None or self.overran_declaration:
             return float("inf")
         return max(0, self.iterations - self.iterations_done) * float(self.grad_bytes)
 

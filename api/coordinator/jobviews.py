@@ -36,6 +36,7 @@ VIEW_COLUMNS = (
     Job.hash_seed,
     Job.switch_job_id,
     Job.tenant_id,
+    Job.overran_declaration,
 )
 
 
@@ -59,6 +60,7 @@ def job_view(row: Row[Any], *, starved_s: float = 0.0) -> JobView:
         starved_s=starved_s,
         partition=part,
         hash_seed=row.hash_seed if holds else None,
+        overran_declaration=row.overran_declaration,
     )
 
 

@@ -615,7 +615,9 @@ class Coordinator:
         self.publish_jobs(changed)
 
     def _check_progress(self) -> None:
-        """Hold the progress workers report to the counters just read (`ProgressCheck`)."""
+        """Hold the progress workers report to the counters just read (`ProgressCheck`); a job
+        whose counted work passed its declaration is marked so on its row and re-ranked by a
+        decision round asked for now."""
         if self.progress is None:
             return
         with self.sessions() as s:
@@ -627,10 +629,21 @@ class Coordinator:
                     Job.n_workers,
                     Job.gradient_bytes,
                     Job.counter_base,
+                    Job.iterations,
+                    Job.overran_declaration,
                 ).where(Job.state.in_(HOLDING), Job.switch_job_id.is_not(None))
             ).all()
-        claims = [Claim(r[0], r[1], r[2], r[3], r[4], r[5] or {}) for r in rows]
-        if self.progress.observe(claims, self.counters):
+        claims = [Claim(r[0], r[1], r[2], r[3], r[4], r[5] or {}, r[6], r[7]) for r in rows]
+        seen = self.progress.observe(claims, self.counters)
+        if seen.overran:
+            with self.lock, self.sessions() as s:
+                jobs = load_jobs(s, {o.job_id for o in seen.overran})
+                for job in jobs.values():
+                    job.overran_declaration = True
+                s.commit()
+            self.publish_jobs(jobs.values())
+            self.reschedule(wait=False)
+        elif seen.changed:
             self.mark_dirty()
 
     def publish_reasons(self, job_ids: Iterable[int]) -> None:

@@ -57,6 +57,14 @@ def render_metrics(session: Session, coord: Coordinator, *, tenants: bool = Fals
         "Progress reports the switch's per-job counters did not support (capped for priority).",
         [f"inasched_unsupported_progress_total {unsupported}"],
     )
+    overran = coord.progress.overran_total if coord.progress is not None else 0
+    lines += _family(
+        "inasched_jobs_overran_declaration_total",
+        "counter",
+        "Jobs whose packets, as the switch counted them, passed their declared iterations "
+        "(srtf ranks them by attained service).",
+        [f"inasched_jobs_overran_declaration_total {overran}"],
+    )
     lines += _loops(coord)
     source = coord.ps_registry
     lines += _ps(source.counters() if isinstance(source, PsCounterSource) else None)

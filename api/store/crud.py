@@ -139,6 +139,7 @@ def new_job(
         bypassed=0,
         preemptions_caused=0,
         preemptions_suffered=0,
+        overran_declaration=False,
         join_token_hash=hash_token(token),
     )
     return job, token

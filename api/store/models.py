@@ -154,6 +154,11 @@ class Job(Base):
     # Switch counters are per switch job id and ids are reused: the values the id's counters
     # had when this job got it, subtracted from later reads.
     counter_base: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Set once the switch counted more of the job's packets than its declared iterations
+    # account for: srtf ranks it by attained service, behind every job whose declaration holds.
+    overran_declaration: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=false()
+    )
     join_token_hash: Mapped[str] = mapped_column(String(64))
 
     workers: Mapped[list[WorkerRow]] = relationship(

@@ -238,8 +238,10 @@ def test_jobs_table_aligns_columns_and_shows_why() -> None:
             "queue_reason": {"kind": "partition", "message": "waiting for 256 slots"},
         },  # fmt: skip
     ]
+    rows.append({**base, "id": 4, "name": "liar", "state": "running", "overran_declaration": True})
     lines = jobs_table(rows).splitlines()
     assert lines[1].endswith("workers went silent") and lines[2].endswith("waiting for 256 slots")
+    assert lines[3].endswith("over-ran its declared iterations: ranked by attained service")
     assert lines[0].index("STATE") == lines[1].index("failed") == lines[2].index("queued")
     assert lines[1].index("12") == lines[2].index("3") - 1  # ids right-aligned
 

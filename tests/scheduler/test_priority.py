@@ -42,3 +42,31 @@ def test_levels_stay_in_range() -> None:
 def test_unknown_priority_names_the_known_ones() -> None:
     with pytest.raises(UnknownName, match="srtf"):
         get_priority("nope")
+
+
+def test_a_job_that_overran_its_declaration_ranks_by_attained_service_below_an_honest_one() -> None:
+    # The liar declared 1 iteration and the switch counted 200 (its view carries the counted
+    # work); the honest job declared 40 and is 5 in.
+    liar = view(1, RUN, iterations=1, iterations_done=200, overran_declaration=True)
+    honest = view(2, RUN, iterations=40, iterations_done=5)
+    ranked = levels([liar, honest], get_priority("srtf"), n_levels=16)
+    assert ranked[2] > ranked[1]
+    # Not even an honest job with more attained service and much more left ranks below it.
+    rich = view(3, RUN, iterations=10_000, iterations_done=300)
+    ranked = levels([liar, rich], get_priority("srtf"), n_levels=16)
+    assert ranked[3] > ranked[1]
+    # Nor one of unknown length, nor one of the same attained service.
+    unknown = view(4, RUN, iterations=None, iterations_done=200, arrival_s=99.0)
+    same = view(5, RUN, iterations=1000, iterations_done=200, arrival_s=99.0)
+    for other in (unknown, same):
+        ranked = levels([liar, other], get_priority("srtf"), n_levels=16)
+        assert ranked[other.job_id] > ranked[1]
+
+
+def test_jobs_that_overran_their_declarations_rank_among_themselves_by_attained_service() -> None:
+    far = view(1, RUN, iterations=1, iterations_done=500, overran_declaration=True)
+    near = view(2, RUN, iterations=1, iterations_done=20, overran_declaration=True)
+    honest = view(3, RUN, iterations=10, iterations_done=0)
+    ranked = levels([far, near, honest], get_priority("srtf"), n_levels=3)
+    assert ranked == {3: 2, 2: 1, 1: 0}
+    assert far.remaining_bytes == float("inf")

@@ -115,6 +115,7 @@ export function whyText(job) {
   if (job.state === "failed") return job.reason || "no reason was recorded";
   if (job.state === "cancelled") return job.reason || null;
   if (job.state === "admitted" && !job.started_at) return "waiting for its workers to join";
+  if (job.overran_declaration) return "over-ran its declared iterations: ranked by attained service";
   return null;
 }
 
