@@ -19,7 +19,7 @@ from api.coordinator.progress import Claim, Overrun, ProgressCheck
 from api.http.app import create_app
 from api.settings import Settings
 from api.store.crud import create_tenant_token
-from tests.api.conftest import LiveServer, decided, wait_for
+from tests.api.conftest import LiveServer, decided, updated, wait_for
 from workers.client import AllreduceClient
 from workers.rendezvous import parse_join
 
@@ -70,8 +70,11 @@ class Service:
 
 @pytest.fixture
 def service(settings: Settings) -> Iterator[Service]:
-    update = {"switch": "embedded", "policy": "esa", "priority": "srtf"}
-    app = create_app(settings.model_copy(update=update))
+    app = create_app(
+        updated(
+            settings, switch={"target": "embedded"}, policy={"policy": "esa", "priority": "srtf"}
+        )
+    )
     with app.state.service.sessions() as s:
         token = create_tenant_token(s, tenant="alice")
     with LiveServer(app) as url, httpx.Client(base_url=url, timeout=30) as client:
