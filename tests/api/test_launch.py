@@ -49,6 +49,8 @@ for step in range(int(sys.argv[1])):
     dist.all_reduce(grad)
     assert abs(float(grad[0]) - 3.0) < 1e-3, float(grad[0])
     dist.group.WORLD.report_progress(step + 1)
+if sys.argv[2:] == ["after-end"]:  # the job finished with the last report: this must fail
+    dist.all_reduce(torch.ones(1000))
 dist.destroy_process_group()
 """
 
@@ -148,6 +150,20 @@ def test_launch_runs_a_script_on_the_inasched_torch_backend(service: Service) ->
     job = service.only_job()
     assert job["state"] == "finished" and job["iterations_done"] == 3
     wait_for(lambda: service.switch.installed_jobs() == set(), "the switch to forget the job")
+
+
+def test_a_collective_after_the_final_report_fails_the_launch(service: Service) -> None:
+    script = service.tmp / "train.py"
+    script.write_text(TRAIN)
+    launch = service.launch(
+        "--workers", "2", "--gradient-bytes", "4000", "--iterations", "2",
+        "--", str(script), "2", "after-end",
+    )  # fmt: skip
+    _, err = launch.communicate(timeout=300)  # torch's own timeout is 30 minutes
+    assert launch.returncode == 6, err
+    assert "has ended (finished)" in err  # each rank's error
+    assert "finished, but a worker then failed" in err.splitlines()[-1]
+    assert service.only_job()["state"] == "finished"
 
 
 def test_workers_that_exit_before_the_end_leave_nothing_on_the_switch(service: Service) -> None:
