@@ -188,7 +188,7 @@ def run_jobs(args: argparse.Namespace, *, service: str, token: str | None) -> in
             elif args.action == "submit":
                 response = http.post("/jobs", json=body)
             else:
-                response = http.delete(f"/jobs/{args.job_id}")
+                response = http.post(f"/jobs/{args.job_id}/cancel")
     except httpx.HTTPError as exc:
         return unreachable(service, exc)
     if response.is_error:

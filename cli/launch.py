@@ -311,7 +311,7 @@ class _Launcher:
         now. A job that already ended (409), or a service that does not answer, is left as
         it is."""
         try:
-            response = self.http.delete(f"/jobs/{self.job_id}")
+            response = self.http.post(f"/jobs/{self.job_id}/cancel")
         except httpx.HTTPError:
             return False
         if response.status_code != 200:

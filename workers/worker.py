@@ -375,7 +375,13 @@ def _run(args: argparse.Namespace) -> int:
     # One random gradient, rescaled per iteration: generating fresh noise of a large model's
     # size every iteration would cost more than the allreduce being emulated.
     grad = (rng.standard_normal(work.size) * 1e-2).astype(np.float32)
-    log.info("job %d: %.3f s compute per iteration", join_info.job_id, work.compute_s)
+    log.info(
+        "job %d: a gradient of %s (%d floats), %.3f s compute per iteration",
+        join_info.job_id,
+        work.model or "the job's size",
+        work.size,
+        work.compute_s,
+    )
     progress = _progress(args)
     progress.start(
         join_info, iterations=work.iterations, gradient_bytes=work.size * 4, model=work.model

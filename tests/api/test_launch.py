@@ -188,7 +188,7 @@ def test_a_job_cancelled_on_the_service_stops_every_worker(service: Service) -> 
     wait_for(lambda: len(_pids(folder)) == 2, "both workers to start", timeout_s=240)
     job = service.only_job()
     headers = {"Authorization": f"Bearer {service.token}"}
-    assert httpx.delete(f"{service.url}/jobs/{job['id']}", headers=headers).status_code == 200
+    assert httpx.post(f"{service.url}/jobs/{job['id']}/cancel", headers=headers).status_code == 200
     _, err = launch.communicate(timeout=120)
     assert launch.returncode == 5, err
     assert f"job {job['id']} was cancelled" in err.splitlines()[-1]

@@ -123,7 +123,7 @@ def test_a_pending_allreduce_fails_when_the_job_is_cancelled(job: Job) -> None:
     # One rank alone: the switch waits for the other, so the allreduce stays pending.
     pending = job.ranks[0].client.allreduce_async(np.ones(1024, np.float32))
     wait_for(lambda: job.state() == "running", "the job to run")
-    assert job.http.delete(f"/jobs/{job.body['id']}").status_code == 200
+    assert job.http.post(f"/jobs/{job.body['id']}/cancel").status_code == 200
     with pytest.raises(JobEnded, match=r"has ended \(cancelled\)") as raised:
         pending.wait(NEVER_S)
     assert not isinstance(raised.value, AllreduceTimeout)
