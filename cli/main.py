@@ -24,6 +24,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from typing import cast
 
 import httpx
 from p4ctl.p4info import MAX_AGGREGATORS
@@ -34,13 +35,14 @@ from cli.jobs import (
     DEFAULT_URL,
     EXIT_CODES_HELP,
     ExitCode,
+    OneLineParser,
     add_jobs_parser,
     fail,
     http_error,
     run_jobs,
 )
 from cli.launch import add_launch_parser, run_launch
-from cli.tokens import add_token_parser, run_tokens
+from cli.tokens import add_token_parser, run_tokens, up_token
 from scheduler.registry import policy_names, priority_names
 
 __all__ = ["build_parser", "main"]
@@ -140,7 +142,7 @@ def _client_flags() -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     client = _client_flags()
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="inasched",
         description=DESCRIPTION,
         epilog=EPILOG,
@@ -154,7 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
         help="log detail (default INFO)",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Each subparser is a OneLineParser too; the commands' adders take any ArgumentParser's.
+    sub = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", required=True, metavar="COMMAND"),
+    )
     up = sub.add_parser("up", help="run the service, soft switch and PS (Ctrl-C stops)")
     _add_service_flags(up)
     up.add_argument("--demo", action="store_true", help="also run the demo jobs")
@@ -205,9 +211,20 @@ def main(argv: list[str] | None = None) -> int:
             "up": _up, "demo": _demo, "jobs": _jobs, "token": _token, "launch": _launch,
         }  # fmt: skip
         return commands[args.command](args)
+    except BrokenPipeError:
+        return _reader_gone()
     except ValidationError as exc:
         first = exc.errors()[0]
         return fail(f"bad setting {'.'.join(map(str, first['loc']))}: {first['msg']}")
+
+
+def _reader_gone() -> int:
+    """stdout's reader stopped reading (``inasched jobs list | head``): not an error. What is
+    left unwritten goes nowhere, so that the interpreter's last flush does not fail too."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return int(ExitCode.OK)
 
 
 def _leading_globals(argv: list[str]) -> tuple[list[str], int]:
@@ -291,7 +308,6 @@ def _serve(args: argparse.Namespace, *, demo: bool, keep_serving: bool) -> int:
     from p4ctl.errors import SwitchError
 
     from api.http.app import create_app
-    from api.store.crud import create_tenant_token
     from api.store.db import DatabaseUnavailable
     from api.store.tokens import BadTenantName, check_tenant_name
 
@@ -310,7 +326,7 @@ def _serve(args: argparse.Namespace, *, demo: bool, keep_serving: bool) -> int:
     except (SwitchError, OSError, ValueError, DatabaseUnavailable) as exc:
         return fail(f"cannot start: {exc}", ExitCode.UNREACHABLE)
     with service.sessions() as session:
-        token = create_tenant_token(session, tenant=args.tenant)
+        token, reused = up_token(session, tenant=args.tenant, data_dir=settings.data_dir)
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level="warning",
         timeout_graceful_shutdown=3, timeout_keep_alive=30,
@@ -333,7 +349,8 @@ def _serve(args: argparse.Namespace, *, demo: bool, keep_serving: bool) -> int:
         print(f"inasched is standing by at {url}/: it serves reads and takes over when the "
               "service that holds the store stops", flush=True)  # fmt: skip
     print(f"inasched is up: dashboard {url}/  (policy {settings.policy})", flush=True)
-    print(f"tenant '{args.tenant}' token: {token}", flush=True)
+    fate = "the one printed before, still live" if reused else "new; the next start prints it again"
+    print(f"tenant '{args.tenant}' token: {token} ({fate})", flush=True)
     print("Ctrl-C stops everything.", flush=True)
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())

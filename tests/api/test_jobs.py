@@ -79,6 +79,12 @@ def test_bad_fields_are_422_naming_field_and_reason(api: Api) -> None:
     response = api.client.post("/jobs", json=body, headers=api.auth())
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == ["body", "model"]
+    # A gradient is whole fp32 elements.
+    body = {"name": "x", "n_workers": 2, "iterations": 1, "gradient_bytes": 5}
+    response = api.client.post("/jobs", json=body, headers=api.auth())
+    assert response.status_code == 422
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["body", "gradient_bytes"] and "multiple of 4" in error["msg"]
 
 
 def test_oversized_body_is_413(api: Api) -> None:
