@@ -7,7 +7,6 @@ a hang would show as a test timeout, not as a pass."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,31 +45,18 @@ class Job:
     http: httpx.Client
     body: dict[str, Any]
     ranks: list[Rank]
+    at_once: Callable[[Callable[[int], Any], int], list[Any]]
 
     def state(self) -> str:
         return str(self.http.get(f"/jobs/{self.body['id']}").json()["state"])
 
     def on_every_rank(self, work: Callable[[Rank], Any]) -> list[Any]:
-        """`work(rank)` on every rank at once (the allreduce needs them all); what each
-        returned or raised."""
-        out: list[Any] = [None] * len(self.ranks)
-
-        def run(i: int) -> None:
-            try:
-                out[i] = work(self.ranks[i])
-            except Exception as exc:  # the outcome under test
-                out[i] = exc
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(self.ranks))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return out
+        """`work(rank)` on every rank at once; what each returned or raised."""
+        return self.at_once(lambda i: work(self.ranks[i]), len(self.ranks))
 
 
 @pytest.fixture
-def job(tmp_path: Path) -> Iterator[Job]:
+def job(tmp_path: Path, each_at_once: Any) -> Iterator[Job]:
     """A running job of two workers, each joined with a client and heartbeats every 0.2 s."""
     settings = Settings(
         data_dir=tmp_path, aggregators=256, port=0, tick_s=0.05, heartbeat_interval_s=0.2,
@@ -93,7 +79,7 @@ def job(tmp_path: Path) -> Iterator[Job]:
             reporter = Reporter(url, joined, submitted["join_token"], client.end)
             ranks.append(Rank(client, reporter))
         try:
-            yield Job(url, http, submitted, ranks)
+            yield Job(url, http, submitted, ranks, each_at_once)
         finally:
             for rank in ranks:
                 rank.reporter.close()
