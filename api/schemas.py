@@ -139,7 +139,12 @@ class JobCreate(BaseModel):
     iterations: JsonInt = Field(ge=1, le=MAX_ITERATIONS)
     model: ModelName | None = Field(default=None, min_length=1, max_length=64)
     gradient_bytes: (
-        Annotated[int, Field(ge=4, le=MAX_GRADIENT_BYTES), BeforeValidator(_json_integer)] | None
+        Annotated[
+            int,
+            Field(ge=4, le=MAX_GRADIENT_BYTES, multiple_of=4),
+            BeforeValidator(_json_integer),
+        ]
+        | None
     ) = None
     priority_class: JsonInt = Field(default=0, ge=0, le=15, description="user class, higher first")
     window: Annotated[int, Field(ge=1, le=4096), BeforeValidator(_json_integer)] | None = Field(

@@ -11,7 +11,7 @@ import enum
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 
@@ -21,6 +21,7 @@ from scheduler.workload import UnknownModel, find_model
 __all__ = [
     "DEFAULT_URL",
     "ExitCode",
+    "OneLineParser",
     "add_job_flags",
     "add_jobs_parser",
     "fail",
@@ -50,6 +51,16 @@ exit status:
   2  bad usage: an unknown flag, a bad setting or value
   3  the service, the switch or the database cannot be reached
   4  no API token given, or the service did not accept it"""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are the CLI's one line on stderr and exit 2, as
+    every other usage error of ``inasched`` (its subcommands' parsers are of this class too)."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("inasched").strip()
+        fail(f"{command + ': ' if command else ''}{message} (see '{self.prog} --help')")
+        raise SystemExit(int(ExitCode.USAGE))
 
 
 def fail(message: str, code: ExitCode = ExitCode.USAGE) -> int:
@@ -159,8 +170,8 @@ def unreachable(service: str, exc: Exception) -> int:
 def submit_body(args: argparse.Namespace, name: str | None) -> dict[str, Any]:
     """The ``POST /jobs`` body of a job's flags (`jobs submit`, `launch`); `UsageError` says
     what is wrong with them."""
-    if args.model is None and args.gradient_bytes is None:
-        raise UsageError("give --model or --gradient-bytes")
+    if (args.model is None) == (args.gradient_bytes is None):
+        raise UsageError("give --model or --gradient-bytes (one of them: a job has one size)")
     try:
         model = find_model(args.model) if args.model is not None else None
     except UnknownModel as exc:
@@ -200,7 +211,7 @@ def run_jobs(args: argparse.Namespace, *, service: str, token: str | None) -> in
             elif args.action == "limits":
                 response = http.get("/limits")
             else:
-                response = http.delete(f"/jobs/{args.job_id}")
+                response = http.post(f"/jobs/{args.job_id}/cancel")
     except httpx.HTTPError as exc:
         return unreachable(service, exc)
     if response.is_error:

@@ -77,7 +77,8 @@ exit status:
   5  the job was cancelled or failed on the service, or was still queued after
      --queue-wait: every worker was stopped
   6  a worker failed (exited non-zero or was killed): every worker was stopped and
-     the job cancelled
+     the job cancelled; or the job finished and a worker failed after it (a collective
+     after the job's final progress report fails)
   7  interrupted (Ctrl-C, SIGTERM): every worker was stopped and the job cancelled"""
 
 
@@ -230,6 +231,12 @@ class _Launcher:
         state, reason = self._answered_state()
         if state in (JobState.CANCELLED, JobState.FAILED):
             return self._ended(state, reason)
+        if status != 0 and state == JobState.FINISHED:
+            return _verdict(
+                f"job {self.job_id} finished, but a worker then failed (torchrun exit status "
+                f"{status}), e.g. a collective issued after the job's final progress report",
+                LaunchExit.WORKER_FAILED,
+            )
         if status != 0:
             cancelled = self.cancel("a worker failed")
             return _verdict(
@@ -300,7 +307,7 @@ class _Launcher:
         now. A job that already ended (409), or a service that does not answer, is left as
         it is."""
         try:
-            response = self.http.delete(f"/jobs/{self.job_id}")
+            response = self.http.post(f"/jobs/{self.job_id}/cancel")
         except httpx.HTTPError:
             return False
         if response.status_code != 200:

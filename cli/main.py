@@ -24,7 +24,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 from p4ctl.p4info import MAX_AGGREGATORS
@@ -35,13 +35,14 @@ from cli.jobs import (
     DEFAULT_URL,
     EXIT_CODES_HELP,
     ExitCode,
+    OneLineParser,
     add_jobs_parser,
     fail,
     http_error,
     run_jobs,
 )
 from cli.launch import add_launch_parser, run_launch
-from cli.tokens import add_token_parser, run_tokens
+from cli.tokens import add_token_parser, run_tokens, up_token
 from scheduler.registry import policy_names, priority_names
 
 if TYPE_CHECKING:
@@ -161,7 +162,7 @@ def _client_flags() -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     client = _client_flags()
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="inasched",
         description=DESCRIPTION,
         epilog=EPILOG,
@@ -175,7 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
         help="log detail (default INFO)",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Each subparser is a OneLineParser too; the commands' adders take any ArgumentParser's.
+    sub = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", required=True, metavar="COMMAND"),
+    )
     up = sub.add_parser("up", help="run the service, soft switch and PS (Ctrl-C stops)")
     _add_service_flags(up)
     up.add_argument("--demo", action="store_true", help="also run the demo jobs")
@@ -226,9 +231,20 @@ def main(argv: list[str] | None = None) -> int:
             "up": _up, "demo": _demo, "jobs": _jobs, "token": _token, "launch": _launch,
         }  # fmt: skip
         return commands[args.command](args)
+    except BrokenPipeError:
+        return _reader_gone()
     except ValidationError as exc:
         first = exc.errors()[0]
         return fail(f"bad setting {'.'.join(map(str, first['loc']))}: {first['msg']}")
+
+
+def _reader_gone() -> int:
+    """stdout's reader stopped reading (``inasched jobs list | head``): not an error. What is
+    left unwritten goes nowhere, so that the interpreter's last flush does not fail too."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return int(ExitCode.OK)
 
 
 def _leading_globals(argv: list[str]) -> tuple[list[str], int]:
@@ -311,7 +327,7 @@ def _serve(args: argparse.Namespace, *, demo: bool, keep_serving: bool) -> int:
     started = _start_service(args)
     if isinstance(started, int):
         return started
-    settings, app, token = started
+    settings, app, token, fate = started
     service = app.state.service
     url = f"http://{settings.http.host}:{settings.http.port}"
     server, thread = _http_server(app, settings)
@@ -324,7 +340,7 @@ def _serve(args: argparse.Namespace, *, demo: bool, keep_serving: bool) -> int:
             ExitCode.UNREACHABLE,
         )
     _tune_interpreter()
-    _announce(url, settings, leading=service.leading, tenant=args.tenant, token=token)
+    _announce(url, settings, leading=service.leading, tenant=args.tenant, token=token, fate=fate)
     try:
         _serve_until_stopped(url, token, thread, demo=demo, keep_serving=keep_serving)
     finally:
@@ -334,13 +350,13 @@ def _serve(args: argparse.Namespace, *, demo: bool, keep_serving: bool) -> int:
     return 0
 
 
-def _start_service(args: argparse.Namespace) -> tuple[Settings, FastAPI, str] | int:
-    """``(settings, app, token)``: the app of the flags' settings with its service started,
-    and a new token of ``--tenant``; or the exit status of what failed, said in one line."""
+def _start_service(args: argparse.Namespace) -> tuple[Settings, FastAPI, str, str] | int:
+    """``(settings, app, token, fate)``: the app of the flags' settings with its service
+    started, and the token of ``--tenant`` `inasched up` prints (`fate` says whether it is the
+    one printed before); or the exit status of what failed, said in one line."""
     from p4ctl.errors import SwitchError
 
     from api.http.app import create_app
-    from api.store.crud import create_tenant_token
     from api.store.db import DatabaseUnavailable
     from api.store.tokens import BadTenantName, check_tenant_name
 
@@ -359,8 +375,9 @@ def _start_service(args: argparse.Namespace) -> tuple[Settings, FastAPI, str] | 
     except (SwitchError, OSError, ValueError, DatabaseUnavailable) as exc:
         return fail(f"cannot start: {exc}", ExitCode.UNREACHABLE)
     with service.sessions() as session:
-        token = create_tenant_token(session, tenant=args.tenant)
-    return settings, app, token
+        token, reused = up_token(session, tenant=args.tenant, data_dir=settings.data_dir)
+    fate = "the one printed before, still live" if reused else "new; the next start prints it again"
+    return settings, app, token, fate
 
 
 def _http_server(app: FastAPI, settings: Settings) -> tuple[uvicorn.Server, threading.Thread]:
@@ -386,13 +403,15 @@ def _listening(server: uvicorn.Server, thread: threading.Thread) -> bool:
     return True
 
 
-def _announce(url: str, settings: Settings, *, leading: bool, tenant: str, token: str) -> None:
+def _announce(
+    url: str, settings: Settings, *, leading: bool, tenant: str, token: str, fate: str
+) -> None:
     if not leading:
         print(f"inasched is standing by at {url}/: it serves reads and takes over when the "
               "service that holds the store stops", flush=True)  # fmt: skip
     policy = settings.policy.policy
     print(f"inasched is up: dashboard {url}/  (policy {policy})", flush=True)
-    print(f"tenant '{tenant}' token: {token}", flush=True)
+    print(f"tenant '{tenant}' token: {token} ({fate})", flush=True)
     print("Ctrl-C stops everything.", flush=True)
 
 

@@ -8,6 +8,7 @@ never creates a store by accident: a store that does not exist yet is made only 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from api.settings import Settings
 from api.store.db import DatabaseUnavailable, create_db_engine, open_database, redacted
 from cli.jobs import ExitCode, fail
 
-__all__ = ["add_token_parser", "run_tokens", "store_exists"]
+__all__ = ["UP_TOKEN_FILE", "add_token_parser", "run_tokens", "store_exists", "up_token"]
 
 
 def add_token_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -131,3 +132,34 @@ def _revoke(session: Session, args: argparse.Namespace) -> int:
     session.commit()
     print(f"revoked {len(revoked)} token(s) of tenant '{args.tenant}'")
     return 0
+
+
+# Where `inasched up` keeps the tenant token it printed, so that the next start prints the same
+# one (a token is stored only as its hash, so the store cannot give it back).
+UP_TOKEN_FILE = "up-token"
+
+
+def up_token(session: Session, *, tenant: str, data_dir: Path) -> tuple[str, bool]:
+    """``(token, reused)``: the tenant token `inasched up` printed before for `tenant` (kept,
+    readable by its owner only, in `data_dir`), while it is live; else a new one, kept there
+    for the next start. One start after another leaves one live token, not one per start."""
+    from api.store.crud import create_tenant_token
+    from api.store.tokens import live_token
+
+    saved = data_dir / UP_TOKEN_FILE
+    try:
+        kept_tenant, kept = saved.read_text(encoding="utf-8").split()
+    except (OSError, ValueError):
+        kept_tenant = kept = ""
+    row = live_token(session, token=kept) if kept else None
+    if row is not None and kept_tenant == tenant and row.tenant.name == tenant and not row.admin:
+        return kept, True
+    token = create_tenant_token(session, tenant=tenant)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    partial = saved.with_suffix(".partial")
+    partial.unlink(missing_ok=True)
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(f"{tenant} {token}\n")
+    partial.replace(saved)
+    return token, False

@@ -10,9 +10,10 @@ at most W are in flight, seq going out only once every result up to ``seq - W`` 
 aggregator index comes from the job's placement (``p4ctl.rule``). A fragment without a result
 after the retransmission timeout (Karn's rule, exponential back-off) is resent with RESEND,
 one overtaken by several later results at once (fast retransmit). With no result at all for
-`timeout_s`, pending allreduces fail with `AllreduceTimeout`: nothing hangs. One I/O thread
-per client owns the socket and every `Transfer` (`workers.burst_io`, through the compiled
-engine; `gso` off sends each datagram alone); callers only submit and wait.
+`timeout_s`, pending allreduces fail with `AllreduceTimeout`; once the job has ended (`end`,
+from a heartbeat's answer) they and every later one fail with `JobEnded`: nothing hangs. One
+I/O thread per client owns the socket and every `Transfer` (`workers.burst_io`, through the
+compiled engine; `gso` off sends each datagram alone); callers only submit and wait.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from workers.burst_io import BurstIO
-from workers.errors import ClientClosed
+from workers.errors import ClientClosed, JobEnded
 from workers.options import ClientOptions
 from workers.rendezvous import WorkerJoin
 from workers.transfer import Transfer
@@ -161,6 +162,7 @@ class AllreduceClient:
         self._next_seq = 0
         self._last_by_key: dict[Hashable, Transfer] = {}
         self._closing = False
+        self._ended: JobEnded | None = None
         self._broken: BaseException | None = None
         try:  # owned by the I/O thread from here on
             self._io = BurstIO(join, self._sock, self.options, gso=gso)
@@ -201,6 +203,8 @@ class AllreduceClient:
         data, like = _as_array(x)
         scale = 1.0 / self.join.fan_in if average else 1.0
         with self._lock:
+            if self._ended is not None:
+                raise self._ended.again()
             if self._closing or self._broken is not None:
                 raise ClientClosed("allreduce client is closed") from self._broken
             full_key = (key, data.size)
@@ -229,6 +233,16 @@ class AllreduceClient:
         for s in (self._sock, self._wake_r, self._wake_w):
             s.close()
 
+    def end(self, error: JobEnded) -> None:
+        """The job has ended: pending allreduces and every later one fail with `error` at once
+        (the switch keeps nothing of an ended job, so they could only time out). The I/O
+        thread stops; `close` still closes the socket. Idempotent: the first error stays."""
+        with self._lock:
+            if self._ended is None:
+                self._ended = error
+            self._closing = True
+        self._wake()
+
     def __enter__(self) -> AllreduceClient:
         return self
 
@@ -251,7 +265,7 @@ class AllreduceClient:
                     while self._submitted:
                         io.accept(self._submitted.popleft())
                 if closing:
-                    self._fail_all(ClientClosed("allreduce client closed"))
+                    self._fail_all(self._ended or ClientClosed("allreduce client closed"))
                     return
                 io.send_new()
                 wait = io.wait_time(time.monotonic())

@@ -4,12 +4,13 @@
   ``AllreduceTimeout``  no result within the timeout: a peer stopped, or the switch is gone
   ``ClientClosed``      the client was closed, or failed earlier, before this allreduce finished
   ``RendezvousError``   the worker could not learn its job (service, token, config file)
-  ``JobCancelled``      the service says the job has ended (cancelled or failed)
+  ``JobEnded``          the service says the job has ended (finished, cancelled or failed): its
+                        join fails, and so does every allreduce pending or issued after it
 """
 
 from __future__ import annotations
 
-__all__ = ["AllreduceTimeout", "ClientClosed", "JobCancelled", "RendezvousError", "WorkerError"]
+__all__ = ["AllreduceTimeout", "ClientClosed", "JobEnded", "RendezvousError", "WorkerError"]
 
 
 class WorkerError(Exception):
@@ -36,9 +37,19 @@ class RendezvousError(WorkerError):
     """The worker could not join its job; the message says what to fix."""
 
 
-class JobCancelled(WorkerError):
-    """The service reports that job `job_id` has ended."""
+class JobEnded(WorkerError):
+    """The service reports that job `job_id` has ended in `state` (finished, cancelled, failed).
 
-    def __init__(self, job_id: int, detail: str) -> None:
-        super().__init__(f"job {job_id} has ended: {detail}")
+    A collective on an ended job cannot complete (the switch keeps nothing of it), so the
+    client fails it with this error instead of retransmitting until its timeout.
+    """
+
+    def __init__(self, job_id: int, state: str, detail: str) -> None:
+        super().__init__(f"job {job_id} has ended ({state}): {detail}; no collective can run on it")
         self.job_id = job_id
+        self.state = state
+        self.detail = detail
+
+    def again(self) -> JobEnded:
+        """A fresh copy, to raise once more without growing the first one's traceback."""
+        return JobEnded(self.job_id, self.state, self.detail)

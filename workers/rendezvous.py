@@ -28,7 +28,7 @@ import httpx
 from p4ctl.protocol import MAX_WORKERS, SUPPORTED_LANES, Policy
 from p4ctl.rule import JobConfig, hashed_index, static_index
 
-from workers.errors import JobCancelled, RendezvousError
+from workers.errors import JobEnded, RendezvousError
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ def join(
     queued job has not ended: it starts when memory frees. A service that stops answering
     meanwhile is asked again for up to a minute: it is restarting, and keeps the queued job.
 
-    Raises `JobCancelled` when the job has ended (409), and `RendezvousError` for anything
+    Raises `JobEnded` when the job has ended (409), and `RendezvousError` for anything
     else the worker cannot recover from (still queued after `queue_wait_s`, unreachable
     service, bad token, malformed answer).
     """
@@ -216,7 +216,7 @@ def join(
         if own:
             http.close()
     if response.status_code == 409:
-        raise JobCancelled(job_id, _detail(response))
+        raise JobEnded(job_id, _state(response) or "ended", _detail(response))
     if response.status_code != 201:
         raise RendezvousError(
             f"join of job {job_id} refused ({response.status_code}): {_detail(response)}"

@@ -12,7 +12,9 @@ thread completes, so several are in flight (DDP's buckets). Every other collecti
 allreduce the switch cannot do, goes to a gloo group on the same store, counted in
 `InaschedProcessGroup.fallbacks`. All ranks must issue collectives in the same order: it names
 the fragments. `report_progress` tells the service the iterations done; allreduces with no
-result for the group's `timeout` fail with ``AllreduceTimeout``. ``docs/training.md`` has more.
+result for the group's `timeout` fail with ``AllreduceTimeout``, and once the job has ended
+(its final report, a cancel; a heartbeat's answer tells within a second) at once with
+``JobEnded`` naming the job's state. ``docs/training.md`` has more.
 """
 
 from __future__ import annotations
@@ -192,7 +194,7 @@ def _create(store: Store, rank: int, world_size: int, timeout: timedelta) -> Ina
         )
     options = ClientOptions(timeout_s=timeout.total_seconds())
     client = AllreduceClient(joined, sock=sock, options=options, gso=_gso())
-    reporter = Reporter(service, joined, token, client.close)
+    reporter = Reporter(service, joined, token, client.end)
     log.info("rank %d joined job %d as worker %d", rank, job_id, joined.worker_id)
     return InaschedProcessGroup(rank, world_size, client=client, gloo=gloo, reporter=reporter)
 

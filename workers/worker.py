@@ -24,6 +24,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -32,7 +33,7 @@ import numpy as np
 from p4ctl.gso_option import add_gso_argument
 
 from workers.client import AllreduceClient, open_socket
-from workers.errors import AllreduceTimeout, ClientClosed, JobCancelled, RendezvousError
+from workers.errors import AllreduceTimeout, JobEnded, RendezvousError
 from workers.options import ClientOptions
 from workers.progress import ProgressLines
 from workers.rendezvous import WorkerJoin, join, load_config
@@ -60,9 +61,16 @@ _verdict = logging.getLogger(f"{__name__}.verdict")
 _verdict.propagate = False
 _verdict.addHandler(_CurrentStderr())
 
-EXIT_CANCELLED = 3
+EXIT_ENDED = 3
 EXIT_TIMEOUT = 4
 EXIT_JOIN = 5
+# The states in which a job has ended, each with what it means to a worker when the service's
+# answer gives no detail (a heartbeat of a finished job answers 200 with the state alone).
+_ENDED = {
+    "finished": "every worker reported its final iteration",
+    "cancelled": "cancelled",
+    "failed": "failed on the service",
+}
 # How long a worker that finished waits for its last progress report to reach the service
 # (it may be restarting); the service fails a job whose workers are silent for 60 s.
 FINAL_REPORT_S = 120.0
@@ -86,22 +94,30 @@ def model_cost(model: str) -> tuple[int, float] | None:
 class Reporter:
     """Heartbeats (in a thread) and progress reports of one worker to the service.
 
-    A 409 answer means the job has ended: `cancelled` is set, with the service's detail,
-    `on_cancel` runs (the worker closes its client, so a blocked allreduce returns at once),
-    and the heartbeats stop.
+    An answer saying the job has ended (a 409, or a state of finished, cancelled or failed)
+    sets `ended` to a `JobEnded` naming the state, runs ``on_end(ended)`` once (the client's
+    `end`, so pending and later allreduces fail at once instead of retransmitting to a
+    switch that keeps nothing of the job), and stops the heartbeats.
     A progress report the service did not get (it is restarting) is kept and sent again with
     the next heartbeat; `deliver` waits, bounded, for the last one, so a job whose workers
     finish while the service is down still finishes when it is back.
     """
 
-    def __init__(self, service: str, join: WorkerJoin, token: str, on_cancel: object) -> None:
+    def __init__(
+        self,
+        service: str,
+        join: WorkerJoin,
+        token: str,
+        on_end: Callable[[JobEnded], None] | None = None,
+    ) -> None:
         self._http = httpx.Client(
             base_url=service, timeout=10.0, headers={"Authorization": f"Bearer {token}"}
         )
+        self._job_id = join.job_id
         self._base = f"/jobs/{join.job_id}/workers/{join.worker_id}"
         self._interval = join.heartbeat_interval_s
-        self._on_cancel = on_cancel
-        self.cancelled: str | None = None
+        self._on_end = on_end
+        self.ended: JobEnded | None = None
         self._lock = threading.Lock()
         self._sending = threading.Lock()
         self._unsent: dict[str, int] | None = None  # the latest progress not yet delivered
@@ -117,16 +133,29 @@ class Reporter:
         except httpx.HTTPError as exc:  # a service restart must not stop training
             log.warning("%s failed: %s", path, exc)
             return False
-        if response.status_code == 409 and self.cancelled is None:
-            try:
-                self.cancelled = str(response.json().get("state", "ended"))
-            except ValueError:
-                self.cancelled = "ended"
-            if callable(self._on_cancel):
-                self._on_cancel()
+        if response.status_code == 409 or response.is_success:
+            self._note_state(response)
         elif 400 <= response.status_code < 500:  # sending it again cannot help
             log.warning("%s refused (%d): %s", path, response.status_code, response.text[:200])
         return response.status_code < 500
+
+    def _note_state(self, response: httpx.Response) -> None:
+        """Take the job's state from an answer; the first that says it ended ends the client."""
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = {}
+        state = str(answer.get("state") or "ended")
+        if response.status_code != 409 and state not in _ENDED:
+            return
+        detail = str(answer.get("detail") or _ENDED.get(state, "the service says so"))
+        with self._lock:
+            if self.ended is not None:
+                return
+            self.ended = JobEnded(self._job_id, state, detail)
+        log.info("%s", self.ended)
+        if self._on_end is not None:
+            self._on_end(self.ended)
 
     def _send_unsent(self) -> bool:
         """Send the latest undelivered progress, if any; whether none is left. One thread at
@@ -145,7 +174,7 @@ class Reporter:
 
     def _beat(self) -> None:
         # Once the service said the job ended there is nothing left to tell it.
-        while self.cancelled is None and not self._stop.wait(self._interval):
+        while self.ended is None and not self._stop.wait(self._interval):
             self._send_unsent()
             self._post("/heartbeat")
 
@@ -170,7 +199,7 @@ class Reporter:
             "waiting for the service to take the last progress report (%g s at most)", timeout_s
         )
         while not self._send_unsent():
-            if self.cancelled is not None or time.monotonic() >= deadline:
+            if self.ended is not None or time.monotonic() >= deadline:
                 log.warning("the last progress report did not reach the service")
                 return False
             time.sleep(self._interval)
@@ -184,7 +213,7 @@ class Reporter:
 
 _EXIT_HELP = f"""exit status (with one line on stderr):
   0  done
-  {EXIT_CANCELLED}  the job was cancelled or failed
+  {EXIT_ENDED}  the job ended (cancelled, failed, or finished) before this worker's iterations
   {EXIT_TIMEOUT}  no result within --timeout (a peer stopped, or the switch is unreachable)
   {EXIT_JOIN}  could not join (service, token, config, or still queued after --queue-wait)
   1  anything else
@@ -249,8 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     try:
         return _run(args)
-    except JobCancelled as exc:
-        return _fail(EXIT_CANCELLED, str(exc))
+    except JobEnded as exc:
+        return _fail(EXIT_ENDED, str(exc))
     except RendezvousError as exc:
         return _fail(EXIT_JOIN, str(exc))
     except AllreduceTimeout as exc:
@@ -321,20 +350,14 @@ def _train(
     grad: np.ndarray,
     progress: ProgressLines,
 ) -> None:
-    """The iterations: compute, allreduce, report progress; JobCancelled when the job ends."""
-    job_id = client.join.job_id
+    """The iterations: compute, allreduce, report progress; JobEnded when the job ends first."""
     for it in range(work.iterations):
         if work.compute_s:
             time.sleep(work.compute_s)
-        try:
-            client.allreduce(grad * np.float32(1.0 / (1 + it)), key="grad", average=True)
-        except ClientClosed:
-            if reporter is not None and reporter.cancelled:
-                raise JobCancelled(job_id, reporter.cancelled) from None
-            raise
+        client.allreduce(grad * np.float32(1.0 / (1 + it)), key="grad", average=True)
         if reporter is not None:
-            if reporter.cancelled:
-                raise JobCancelled(job_id, reporter.cancelled)
+            if reporter.ended is not None:
+                raise reporter.ended.again()
             reporter.progress(it + 1, client)
         progress.iteration(it + 1, client.stats())
     if reporter is not None:
@@ -347,17 +370,15 @@ def _run(args: argparse.Namespace) -> int:
     client = AllreduceClient(
         join_info, sock=sock, options=ClientOptions(timeout_s=args.timeout), gso=args.gso
     )
-    reporter = Reporter(args.service, join_info, args.token, client.close) if args.service else None
+    reporter = Reporter(args.service, join_info, args.token, client.end) if args.service else None
     rng = np.random.default_rng(args.seed + join_info.worker_id)
     # One random gradient, rescaled per iteration: generating fresh noise of a large model's
     # size every iteration would cost more than the allreduce being emulated.
     grad = (rng.standard_normal(work.size) * 1e-2).astype(np.float32)
     log.info(
-        "job %d worker %d: %d iterations of %s (%d floats, %.3f s compute)",
+        "job %d: a gradient of %s (%d floats), %.3f s compute per iteration",
         join_info.job_id,
-        join_info.worker_id,
-        work.iterations,
-        work.model or "?",
+        work.model or "the job's size",
         work.size,
         work.compute_s,
     )

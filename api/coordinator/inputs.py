@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, ip_address
 
-from api.errors import Invalid
+from api.errors import Conflict, Invalid
 from api.schemas import JobCreate, WorkerProgress
 from api.store.models import Job
 from scheduler.workload import UnknownModel, find_model, model_table
@@ -139,10 +139,11 @@ def check_resubmission(job: Job, spec: JobCreate, *, gradient_bytes: int) -> Non
         given["window"] = spec.window
     differ = sorted(name for name, value in given.items() if getattr(job, name) != value)
     if differ:
-        raise Invalid(
-            ("header", "idempotency-key"),
+        # 409, not 422: the body is valid; it conflicts with the job the key already names.
+        raise Conflict(
             f"this Idempotency-Key was used for job {job.id} with another body ({', '.join(differ)}"
             " differ): a retry must repeat its request; use a new key for a new job",
+            state=job.state,
         )
 
 

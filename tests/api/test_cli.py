@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ import pytest
 from api.settings import Settings
 from cli.jobs import ExitCode, jobs_table
 from cli.main import build_parser, main
+from cli.tokens import UP_TOKEN_FILE, up_token
 from tests.api.conftest import Api
 
 UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens there
@@ -253,3 +257,59 @@ def test_an_unusable_database_is_one_line_and_exit_3(
     code = main([*argv, "--database-url", "notaurl://"])
     assert code == ExitCode.UNREACHABLE
     _stderr_line(capsys)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["jobs", "submit", "x", "--workers", "2", "--iterations", "1"],  # no size
+        ["jobs", "submit", "x", "--workers", "2", "--iterations", "1",
+         "--model", "bert", "--gradient-bytes", "64"],  # two sizes
+        ["launch", "--workers", "2", "--iterations", "1",
+         "--model", "bert", "--gradient-bytes", "64", "--", "train.py"],
+        ["jobs", "submit", "x", "--workers", "two", "--iterations", "1"],  # argparse's own
+        ["jobs", "frobnicate"],
+        ["nosuch"],
+    ],
+)  # fmt: skip
+def test_every_usage_error_exits_2_in_one_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        status = main(["--service", UNREACHABLE, "--token", "t", *argv])
+    except SystemExit as exc:  # argparse's errors leave through SystemExit
+        status = int(str(exc.code))
+    assert status == ExitCode.USAGE
+    assert "usage:" not in _stderr_line(capsys)
+
+
+def test_a_reader_that_stops_reading_is_no_error(api: Api) -> None:
+    for i in range(3):
+        api.submit(name=f"j{i}", answer=True)
+    read, write = os.pipe()
+    os.close(read)  # as `inasched jobs list | head -1` once head has its line
+    try:
+        listed = subprocess.run(
+            [sys.executable, "-m", "cli", "--service", str(api.client.base_url),
+             "--token", api.token, "jobs", "list"],
+            stdout=write, stderr=subprocess.PIPE, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert listed.returncode == 0 and listed.stderr == ""
+
+
+def test_up_prints_the_same_token_on_every_start_while_it_is_live(api: Api, tmp_path: Path) -> None:
+    with api.sessions() as s:
+        first, reused = up_token(s, tenant="carol", data_dir=tmp_path)
+        assert not reused
+        assert up_token(s, tenant="carol", data_dir=tmp_path) == (first, True)
+    assert (tmp_path / UP_TOKEN_FILE).stat().st_mode & 0o777 == 0o600
+    revoked = api.client.delete("/tenants/carol/tokens", headers=api.auth(api.admin_token))
+    assert revoked.status_code < 300, revoked.text
+    with api.sessions() as s:
+        second, reused = up_token(s, tenant="carol", data_dir=tmp_path)
+        assert not reused and second != first
+        assert up_token(s, tenant="dave", data_dir=tmp_path)[1] is False  # another tenant
+    listed = api.client.get("/jobs", headers=api.auth(second))
+    assert listed.status_code == 200

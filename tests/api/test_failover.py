@@ -86,7 +86,7 @@ def _standby_reads_and_refuses_writes(
     detail = refused.json()["detail"]
     assert "standby" in detail and leader["leader"] in detail
     assert f"term {leader['epoch']}" in detail
-    cancel = httpx.delete(f"{standby_url}/jobs/{job['id']}", headers=auth, timeout=30)
+    cancel = httpx.post(f"{standby_url}/jobs/{job['id']}/cancel", headers=auth, timeout=30)
     assert cancel.status_code == 503
 
 

@@ -244,7 +244,7 @@ def test_a_chunked_body_over_the_limit_gets_413(api: Api) -> None:
     assert "larger than" in response.json()["detail"]
 
 
-def test_reusing_an_idempotency_key_with_another_body_gets_422(api: Api) -> None:
+def test_reusing_an_idempotency_key_with_another_body_gets_409(api: Api) -> None:
     key = {"Idempotency-Key": "submit-1"}
     body = {"name": "j", "n_workers": 2, "iterations": 3, "gradient_bytes": 4096}
     first = api.client.post("/jobs", json=body, headers={**api.auth(), **key})
@@ -252,7 +252,7 @@ def test_reusing_an_idempotency_key_with_another_body_gets_422(api: Api) -> None
     again = api.client.post("/jobs", json=body, headers={**api.auth(), **key})
     assert again.json()["id"] == first.json()["id"] and again.json()["join_token"] is None
     other = api.client.post("/jobs", json={**body, "n_workers": 3}, headers={**api.auth(), **key})
-    assert other.status_code == 422, other.text
+    assert other.status_code == 409, other.text
     assert "Idempotency-Key" in _detail(other) and "n_workers" in _detail(other)
     listed = api.client.get("/jobs", headers=api.auth()).json()
     assert listed["total"] == 1 and listed["items"][0]["n_workers"] == 2

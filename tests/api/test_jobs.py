@@ -30,7 +30,7 @@ def test_submission_answers_queued_and_the_next_round_admits_and_installs(api: A
 
 def test_list_filters_by_state_and_paginates(api: Api) -> None:
     ids = [api.submit(name=f"j{i}")["id"] for i in range(5)]
-    api.client.delete(f"/jobs/{ids[0]}", headers=api.auth())
+    api.client.post(f"/jobs/{ids[0]}/cancel", headers=api.auth())
     page = api.client.get("/jobs?limit=2&offset=0", headers=api.auth()).json()
     assert page["total"] == 5 and len(page["items"]) == 2
     assert page["items"][0]["id"] == ids[-1]
@@ -40,11 +40,11 @@ def test_list_filters_by_state_and_paginates(api: Api) -> None:
 
 def test_cancel_reclaims_and_removes_the_job_from_the_switch(api: Api) -> None:
     job = api.submit()
-    response = api.client.delete(f"/jobs/{job['id']}", headers=api.auth())
+    response = api.client.post(f"/jobs/{job['id']}/cancel", headers=api.auth())
     assert response.status_code == 200
     assert response.json()["state"] == "cancelled"
     wait_for(lambda: api.switch.installed_jobs() == set(), "the switch to forget the job")
-    again = api.client.delete(f"/jobs/{job['id']}", headers=api.auth())
+    again = api.client.post(f"/jobs/{job['id']}/cancel", headers=api.auth())
     assert again.status_code == 409
     assert again.json()["state"] == "cancelled"
 
@@ -53,7 +53,7 @@ def test_a_tenant_never_sees_another_tenants_job(api: Api) -> None:
     job = api.submit()
     other = api.auth(api.other_token)
     assert api.client.get(f"/jobs/{job['id']}", headers=other).status_code == 404
-    assert api.client.delete(f"/jobs/{job['id']}", headers=other).status_code == 404
+    assert api.client.post(f"/jobs/{job['id']}/cancel", headers=other).status_code == 404
     assert api.client.get("/jobs", headers=other).json()["total"] == 0
 
 
@@ -65,7 +65,7 @@ def test_missing_or_unknown_token_is_401(api: Api) -> None:
 
 def test_unknown_job_is_404(api: Api) -> None:
     assert api.client.get("/jobs/999", headers=api.auth()).status_code == 404
-    assert api.client.delete("/jobs/999", headers=api.auth()).status_code == 404
+    assert api.client.post("/jobs/999/cancel", headers=api.auth()).status_code == 404
 
 
 def test_bad_fields_are_422_naming_field_and_reason(api: Api) -> None:
@@ -79,6 +79,12 @@ def test_bad_fields_are_422_naming_field_and_reason(api: Api) -> None:
     response = api.client.post("/jobs", json=body, headers=api.auth())
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == ["body", "model"]
+    # A gradient is whole fp32 elements.
+    body = {"name": "x", "n_workers": 2, "iterations": 1, "gradient_bytes": 5}
+    response = api.client.post("/jobs", json=body, headers=api.auth())
+    assert response.status_code == 422
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["body", "gradient_bytes"] and "multiple of 4" in error["msg"]
 
 
 def test_oversized_body_is_413(api: Api) -> None:

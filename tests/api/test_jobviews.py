@@ -62,7 +62,7 @@ def test_a_static_job_without_room_waits_for_a_partition_of_its_slots(static_api
     listed = static_api.client.get("/jobs?state=queued", headers=static_api.auth()).json()
     assert [j["queue_reason"] for j in listed["items"]] == [expected]
 
-    static_api.client.delete(f"/jobs/{first['id']}", headers=static_api.auth())
+    static_api.client.post(f"/jobs/{first['id']}/cancel", headers=static_api.auth())
     wait_for(lambda: _job(static_api, second["id"])["state"] == "admitted", "the partition")
     admitted = _job(static_api, second["id"])
     assert admitted["queue_reason"] is None and admitted["reason"] is None
@@ -80,7 +80,7 @@ def test_a_job_finding_every_switch_job_id_taken_says_so(two_switch_ids: Api) ->
         "slots": None,
     }
 
-    api.client.delete(f"/jobs/{holders[0]['id']}", headers=api.auth())
+    api.client.post(f"/jobs/{holders[0]['id']}/cancel", headers=api.auth())
     # The id returns once the switch has removed the cancelled job; the next round admits.
     wait_for(lambda: _job(api, waiting["id"])["state"] == "admitted", "a free switch job id")
     assert _job(api, waiting["id"])["queue_reason"] is None

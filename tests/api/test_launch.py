@@ -49,6 +49,8 @@ for step in range(int(sys.argv[1])):
     dist.all_reduce(grad)
     assert abs(float(grad[0]) - 3.0) < 1e-3, float(grad[0])
     dist.group.WORLD.report_progress(step + 1)
+if sys.argv[2:] == ["after-end"]:  # the job finished with the last report: this must fail
+    dist.all_reduce(torch.ones(1000))
 dist.destroy_process_group()
 """
 
@@ -150,6 +152,20 @@ def test_launch_runs_a_script_on_the_inasched_torch_backend(service: Service) ->
     wait_for(lambda: service.switch.installed_jobs() == set(), "the switch to forget the job")
 
 
+def test_a_collective_after_the_final_report_fails_the_launch(service: Service) -> None:
+    script = service.tmp / "train.py"
+    script.write_text(TRAIN)
+    launch = service.launch(
+        "--workers", "2", "--gradient-bytes", "4000", "--iterations", "2",
+        "--", str(script), "2", "after-end",
+    )  # fmt: skip
+    _, err = launch.communicate(timeout=300)  # torch's own timeout is 30 minutes
+    assert launch.returncode == 6, err
+    assert "has ended (finished)" in err  # each rank's error
+    assert "finished, but a worker then failed" in err.splitlines()[-1]
+    assert service.only_job()["state"] == "finished"
+
+
 def test_workers_that_exit_before_the_end_leave_nothing_on_the_switch(service: Service) -> None:
     script, folder = _worker_script(service)
     launch = service.launch(
@@ -172,7 +188,7 @@ def test_a_job_cancelled_on_the_service_stops_every_worker(service: Service) -> 
     wait_for(lambda: len(_pids(folder)) == 2, "both workers to start", timeout_s=240)
     job = service.only_job()
     headers = {"Authorization": f"Bearer {service.token}"}
-    assert httpx.delete(f"{service.url}/jobs/{job['id']}", headers=headers).status_code == 200
+    assert httpx.post(f"{service.url}/jobs/{job['id']}/cancel", headers=headers).status_code == 200
     _, err = launch.communicate(timeout=120)
     assert launch.returncode == 5, err
     assert f"job {job['id']} was cancelled" in err.splitlines()[-1]

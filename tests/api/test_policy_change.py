@@ -19,7 +19,7 @@ def test_hashed_jobs_after_a_policy_change_stay_below_static_partitions(api: Api
     waiting = api.submit(n_workers=1)
     # The first partition starts at aggregator 0: no shared pool exists below it yet.
     assert waiting["state"] == "queued"
-    api.client.delete(f"/jobs/{first['id']}", headers=api.auth())
+    api.client.post(f"/jobs/{first['id']}/cancel", headers=api.auth())
     job = api.client.get(f"/jobs/{waiting['id']}", headers=api.auth()).json()
     assert job["state"] == "admitted" and job["policy"] == "atp"
     joined = api.client.post(

@@ -97,7 +97,7 @@ def test_a_tenant_at_its_job_limit_waits_and_the_others_are_admitted(
     assert "2 of its 2 admitted jobs" in waiting["queue_reason"]["message"]
     assert service.job(theirs)["state"] == "admitted"
     # A job of alice's that ends makes room for the one that waited.
-    cancelled = service.client.delete(f"/jobs/{alice[0]}", headers=service.auth("alice"))
+    cancelled = service.client.post(f"/jobs/{alice[0]}/cancel", headers=service.auth("alice"))
     assert cancelled.status_code == 200, cancelled.text
     wait_for(lambda: service.job(alice[2])["state"] == "admitted", "alice's third job to run")
 

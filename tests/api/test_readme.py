@@ -1,7 +1,8 @@
 """The README works as printed: its settings table is `api.settings.Settings`, its links and
-those of `docs/` lead somewhere, the benchmark commands take the flags they are given, and
-every command of its ``sh`` blocks runs against a real service (``inasched up``: SQLite, the
-embedded soft switch, loopback) and prints what the README shows after it.
+those of `docs/` lead somewhere, every ``inasched`` command the pages name exists, the
+benchmark commands take the flags they are given, and every command of its ``sh`` blocks runs
+against a real service (``inasched up``: SQLite, the embedded soft switch, loopback) and
+prints what the README shows after it.
 
 Sample output is written as ``#`` lines under the command; ``...`` stands for anything.
 The test changes only what a fresh service makes different (its URL, its tenant token, the
@@ -10,6 +11,7 @@ model, so that the README's jobs take seconds here."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shlex
@@ -97,6 +99,40 @@ def test_every_link_leads_to_a_file_and_heading_that_exist(page: Path) -> None:
         assert linked.exists(), f"{page.name}: {target}"
         if anchor:
             assert anchor in _anchors(linked), f"{page.name}: {target}"
+
+
+# Code in a page (a fenced block or a `span`), and an `inasched` command named in it.
+CODE = re.compile(r"```.*?```|`[^`\n]+`", re.S)
+COMMAND = re.compile(r"(?<![\w/.-])inasched ([a-z][a-z-]*)(?: ([a-z][a-z-]*))?")
+
+
+def _named_commands() -> set[tuple[str, str | None]]:
+    """``(command, action or None)`` of every ``inasched`` command in the README and docs/."""
+    named: set[tuple[str, str | None]] = set()
+    for page in [README, *sorted(DOCS.glob("*.md"))]:
+        for code in CODE.findall(page.read_text(encoding="utf-8")):
+            named |= {(m[1], m[2]) for m in COMMAND.finditer(code)}
+    return named
+
+
+def test_every_command_the_pages_name_exists() -> None:
+    from cli.main import build_parser
+
+    commands = _choices(build_parser())
+    named = _named_commands()
+    assert ("jobs", "list") in named and ("token", "create") in named
+    for command, action in sorted(named, key=str):
+        assert command in commands, f"inasched {command}"
+        actions = _choices(commands[command])
+        if actions and action is not None:  # a command with actions (jobs, token)
+            assert action in actions, f"inasched {command} {action}"
+
+
+def _choices(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
 
 
 def _benchmark_commands() -> list[str]:

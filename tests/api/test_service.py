@@ -30,7 +30,7 @@ def test_policy_change_applies_to_jobs_admitted_afterwards(api: Api) -> None:
     # partial sums, so the static job waits until the esa job leaves.
     assert after["state"] == "queued"
     assert api.client.get(f"/jobs/{before['id']}", headers=api.auth()).json()["policy"] == "esa"
-    api.client.delete(f"/jobs/{before['id']}", headers=api.auth())
+    api.client.post(f"/jobs/{before['id']}/cancel", headers=api.auth())
 
     def admitted_static() -> bool:
         job = api.client.get(f"/jobs/{after['id']}", headers=api.auth()).json()

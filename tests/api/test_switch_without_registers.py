@@ -125,7 +125,7 @@ def test_service_schedules_on_a_switch_that_refuses_registers(
             said = [r.getMessage() for r in caplog.records]
             assert any(PI_READS_REFUSED in m and "occupancy" in m for m in said), said
         for job in jobs:
-            assert client.delete(f"/jobs/{job['id']}", headers=auth).status_code == 200
+            assert client.post(f"/jobs/{job['id']}/cancel", headers=auth).status_code == 200
         wait_for(
             lambda: not (pipe.jobs or pipe.sources or pipe.endpoints or pipe.groups),
             "the jobs to leave the switch, every entry of theirs",

@@ -73,7 +73,7 @@ def test_worker_auth_needs_the_jobs_join_token(api: Api) -> None:
 def test_cancelled_job_tells_its_workers_409(api: Api) -> None:
     job = api.submit(n_workers=1)
     join(api, job, 40001)
-    api.client.delete(f"/jobs/{job['id']}", headers=api.auth())
+    api.client.post(f"/jobs/{job['id']}/cancel", headers=api.auth())
     beat = api.client.post(
         f"/jobs/{job['id']}/workers/0/heartbeat", headers=api.auth(str(job["join_token"]))
     )

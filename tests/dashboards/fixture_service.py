@@ -329,7 +329,7 @@ def create_fixture_app(make_fake: Callable[[], FakeService] = FakeService) -> Fa
         ]
         return {**job.public(), "workers": workers, "priority_history": job.history}
 
-    @app.delete("/jobs/{job_id}")
+    @app.post("/jobs/{job_id}/cancel")
     def cancel_job(job_id: int, authorization: str | None = Header(None)) -> dict[str, Any]:
         _tenant(authorization)
         job = fake.jobs.get(job_id)

@@ -100,8 +100,10 @@ def test_a_job_waiting_for_a_partition_says_so_while_memory_looks_free(
     assert page.inner_text(why) == "waiting for its workers to join"
     page.wait_for_selector("#queue-summary", state="hidden")
     page.screenshot(path=str(artifacts / "live-admitted-after-cancel.png"))
-    httpx.delete(
-        f"{url}/jobs/{waiting['id']}", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    httpx.post(
+        f"{url}/jobs/{waiting['id']}/cancel",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
     )
     assert console.errors == []
 

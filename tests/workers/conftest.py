@@ -142,25 +142,37 @@ def make_rig() -> Iterator[Callable[..., Rig]]:
         switch.stop()
 
 
-def allreduce_all(
-    clients: Sequence[AllreduceClient], inputs: Sequence[np.ndarray], **kwargs: Any
-) -> list[Any]:
-    """Every client's allreduce of its input, run concurrently in threads (one per worker);
-    an exception in a worker is returned in its slot."""
-    out: list[Any] = [None] * len(clients)
+def at_once(work: Callable[[int], Any], n: int) -> list[Any]:
+    """``work(i)`` for each i of ``range(n)``, run concurrently in threads (the workers of an
+    allreduce must all take part); what each returned, or the exception it raised."""
+    out: list[Any] = [None] * n
 
-    def run(w: int) -> None:
+    def run(i: int) -> None:
         try:
-            out[w] = clients[w].allreduce(inputs[w], **kwargs)
+            out[i] = work(i)
         except Exception as exc:  # returned to the test, which asserts on it
-            out[w] = exc
+            out[i] = exc
 
-    threads = [threading.Thread(target=run, args=(w,)) for w in range(len(clients))]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     return out
+
+
+def allreduce_all(
+    clients: Sequence[AllreduceClient], inputs: Sequence[np.ndarray], **kwargs: Any
+) -> list[Any]:
+    """Every client's allreduce of its input, run concurrently in threads (one per worker);
+    an exception in a worker is returned in its slot."""
+    return at_once(lambda w: clients[w].allreduce(inputs[w], **kwargs), len(clients))
+
+
+@pytest.fixture
+def each_at_once() -> Callable[[Callable[[int], Any], int], list[Any]]:
+    """`at_once`, for test modules (importlib mode cannot import conftest)."""
+    return at_once
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from p4ctl.protocol import Policy
 
-from workers.errors import JobCancelled, RendezvousError
+from workers.errors import JobEnded, RendezvousError
 from workers.rendezvous import HashedPlacement, StaticPlacement, join, load_config, parse_join
 
 BODY: dict[str, Any] = {
@@ -54,7 +54,7 @@ def test_join_posts_the_data_socket_and_returns_the_job() -> None:
 
 
 @pytest.mark.parametrize(
-    ("status", "error"), [(409, JobCancelled), (401, RendezvousError), (201, RendezvousError)]
+    ("status", "error"), [(409, JobEnded), (401, RendezvousError), (201, RendezvousError)]
 )
 def test_join_failures_raise_errors_that_say_what_happened(
     status: int, error: type[Exception]
@@ -116,7 +116,7 @@ def test_a_queued_job_is_joined_again_until_it_is_admitted() -> None:
 def test_a_job_that_ends_while_queued_stops_the_wait() -> None:
     seen: list[str] = []
     body = {"detail": "cancelled by user", "state": "cancelled"}
-    with queued_then(409, body, 2, seen) as client, pytest.raises(JobCancelled, match="cancelled"):
+    with queued_then(409, body, 2, seen) as client, pytest.raises(JobEnded, match="cancelled"):
         join("http://svc", 3, "tok", ("127.0.0.1", 1), client=client)
     assert len(seen) == 3
 

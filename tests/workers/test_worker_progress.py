@@ -15,7 +15,7 @@ from tests.workers.test_worker_robustness import Rig
 from workers.client import ClientStats
 from workers.progress import ProgressLines, size_text
 from workers.rendezvous import HashedPlacement, WorkerJoin
-from workers.worker import EXIT_CANCELLED, EXIT_JOIN, EXIT_TIMEOUT
+from workers.worker import EXIT_ENDED, EXIT_JOIN, EXIT_TIMEOUT
 
 HANG_GUARD_S = 120  # not a performance bound: only keeps a broken run from hanging CI
 
@@ -56,7 +56,7 @@ def test_a_quiet_worker_prints_nothing(rig: Rig) -> None:
 def test_help_lists_the_exit_statuses() -> None:
     cmd = [sys.executable, "-m", "cli", "worker", "--help"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    for status in (0, EXIT_CANCELLED, EXIT_TIMEOUT, EXIT_JOIN, 1, 2):
+    for status in (0, EXIT_ENDED, EXIT_TIMEOUT, EXIT_JOIN, 1, 2):
         assert f"\n  {status}  " in out
 
 

@@ -105,7 +105,7 @@ def test_cancelled_job_stops_the_worker_with_status_3(
         ["--job", "7", "--token", "tok", "--service", svc.url, "--iterations", "100000"]
     )
     assert status == 3
-    assert "job 7 has ended: cancelled" in capsys.readouterr().err
+    assert "job 7 has ended (cancelled): cancelled by user" in capsys.readouterr().err
 
 
 def test_bad_token_is_a_join_error(start_service: Any, capsys: pytest.CaptureFixture[str]) -> None:
@@ -119,12 +119,12 @@ def test_heartbeats_stop_once_the_service_says_the_job_ended(start_service: Any)
     body = svc.rig.join_body(7, 0, 1, Policy.ATP)
     body.update(heartbeat_interval_s=0.01)
     told = threading.Event()
-    reporter = worker.Reporter(svc.url, parse_join(body), "tok", told.set)
+    reporter = worker.Reporter(svc.url, parse_join(body), "tok", lambda ended: told.set())
     try:
         assert told.wait(30)
         reporter._thread.join(30)  # the heartbeat thread ends by itself
         assert not reporter._thread.is_alive()
-        assert reporter.cancelled == "cancelled"
+        assert reporter.ended is not None and reporter.ended.state == "cancelled"
         assert svc.heartbeats == 1
     finally:
         reporter.close()

@@ -149,7 +149,7 @@ def test_a_worker_trains_on_while_its_service_restarts(rig: Rig) -> None:
     )
     assert rig.job(job["id"])["state"] == "running"
     assert worker.poll() is None, log.read_text()
-    cancelled = httpx.delete(f"{rig.url}/jobs/{job['id']}", headers=rig.auth(), timeout=30)
+    cancelled = httpx.post(f"{rig.url}/jobs/{job['id']}/cancel", headers=rig.auth(), timeout=30)
     assert cancelled.status_code == 200
     assert worker.wait(timeout=120) == 3, log.read_text()
     wait_for(rig.holds_nothing, "the switch to forget the job")
@@ -181,7 +181,9 @@ def test_a_queued_worker_joins_once_memory_frees(rig: Rig) -> None:
     assert "still queued after 0 s" in impatient_log.read_text()
     worker, log = rig.worker(waiting, "--timeout", "60")
     wait_for(lambda: "queued for switch memory" in log.read_text(), "the worker to queue", 120)
-    assert httpx.delete(f"{rig.url}/jobs/{holder['id']}", headers=rig.auth()).status_code == 200
+    assert (
+        httpx.post(f"{rig.url}/jobs/{holder['id']}/cancel", headers=rig.auth()).status_code == 200
+    )
     assert worker.wait(timeout=120) == 0, log.read_text()
     assert rig.job(waiting["id"])["state"] == "finished"
 

@@ -41,6 +41,7 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
     status_code=201,
     responses={
         403: {"description": "priority_class above the tenant's ceiling (max_priority_class)"},
+        409: {"description": "the Idempotency-Key names a job of another body"},
         429: {"description": "the tenant submits faster than its rate; see Retry-After"},
     },
     summary="submit a job",
@@ -52,7 +53,7 @@ async def submit(
     idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
 ) -> JobCreated:
     """The job, stored and queued, and its join token (shown only here; a retry with the same
-    ``Idempotency-Key`` returns the same job, as it is now, with ``join_token`` null; 422 when
+    ``Idempotency-Key`` returns the same job, as it is now, with ``join_token`` null; 409 when
     its body differs). The answer does not wait for a decision round: a new job is
     ``queued`` with ``queue_reason`` ``scheduling`` until the next round (within
     milliseconds) admits it or says why it waits; ``GET /jobs/{id}``, the event stream and the
@@ -109,8 +110,8 @@ def show(
     return job_public(job, service.coordinator.queue_reasons, JobDetail)
 
 
-@router.delete(
-    "/{job_id}",
+@router.post(
+    "/{job_id}/cancel",
     responses={
         **not_found("job"),
         409: {"description": "the job already ended (finished, failed or cancelled)"},
@@ -119,7 +120,8 @@ def show(
 )
 def cancel(job_id: JobIdPath, tenant: TenantDep, service: ServiceDep) -> JobPublic:
     """The cancelled job; 409 if it already ended. Its workers are told on their next
-    heartbeat and its switch memory is reclaimed now."""
+    heartbeat and its switch memory is reclaimed now. The job stays readable (its record is
+    the tenant's history): a cancel is a POST, not a DELETE."""
     return JobPublic.model_validate(
         cancel_job(service.coordinator, job_id=job_id, tenant_id=tenant.id)
     )

@@ -49,7 +49,7 @@ export const api = {
   },
   queue: () => request("/queue"),
   job: (id) => request(`/jobs/${encodeURIComponent(id)}`),
-  cancel: (id) => request(`/jobs/${encodeURIComponent(id)}`, { method: "DELETE" }),
+  cancel: (id) => request(`/jobs/${encodeURIComponent(id)}/cancel`, { method: "POST" }),
   switch: () => request("/switch"),
   benchRuns: () => request("/bench/runs"),
   benchRun: (id) => request(`/bench/runs/${encodeURIComponent(id)}`),
