@@ -299,6 +299,18 @@ def create_fixture_app(make_fake: Callable[[], FakeService] = FakeService) -> Fa
         ]
         return {"items": items[offset : offset + limit], "total": len(items)}
 
+    @app.get("/limits")
+    def limits(authorization: str | None = Header(None)) -> dict[str, Any]:
+        return {
+            "tenant": "alice" if _tenant(authorization) else "bob",
+            "max_jobs": 256,
+            "aggregator_share": 1.0,
+            "max_priority_class": 7,
+            "submit_rate": 20.0,
+            "submit_burst": 200,
+            "own": {},
+        }
+
     @app.get("/queue")
     def queue(authorization: str | None = Header(None)) -> dict[str, Any]:
         own = _tenant(authorization)

@@ -83,11 +83,15 @@ def test_without_a_token_the_heatmap_says_it_needs_one(
     page.locator("#heatmap").wait_for()
     assert empty.is_hidden()
 
+    limits = page.locator("#tenant-limits")
+    limits.wait_for()
+    assert "priority classes 0–7" in limits.inner_text()
     # Forgetting the token forgets the tenant's view of the switch too.
     page.click("#token-forget")
     empty.wait_for()
     assert page.inner_text("#c-used") == "–"
     assert page.locator("#queue-summary").is_hidden()
+    assert limits.is_hidden()
     assert page.locator('#legend-jobs li[data-job-id="1"]').count() == 0
     page.screenshot(path=str(artifacts / "first-look-no-token.png"))
     assert console.errors == []

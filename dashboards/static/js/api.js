@@ -48,6 +48,7 @@ export const api = {
     return request(`/jobs?${q}`);
   },
   queue: () => request("/queue"),
+  limits: () => request("/limits"),
   job: (id) => request(`/jobs/${encodeURIComponent(id)}`),
   cancel: (id) => request(`/jobs/${encodeURIComponent(id)}/cancel`, { method: "POST" }),
   switch: () => request("/switch"),

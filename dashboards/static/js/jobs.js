@@ -22,6 +22,8 @@ export class JobsTable {
     this.prev = root.querySelector("#jobs-prev");
     this.next = root.querySelector("#jobs-next");
     this.queueBox = root.querySelector("#queue-summary");
+    this.limitsLine = root.querySelector("#tenant-limits");
+    this.limitsOf = null; // the token whose limits the line shows
     this.offset = 0;
     this.pageIds = new Set(); // ids of the page the service returned last
     this.pageOffset = 0; // where that page starts (`offset` moves first, on a click)
@@ -64,6 +66,27 @@ export class JobsTable {
       this.notify(`Could not list jobs (${error.message}). Check the tenant token.`, "error");
     }
     this.loadQueued();
+    this.loadLimits();
+  }
+
+  // What the tenant may do (its priority classes above all: higher ones are an admin's grant),
+  // read once per token.
+  async loadLimits() {
+    const current = token.get();
+    if (current === this.limitsOf) return;
+    this.limitsOf = current;
+    this.limitsLine.hidden = true;
+    if (!current) return;
+    try {
+      const l = await api.limits();
+      this.limitsLine.textContent =
+        `Tenant ${l.tenant} may use priority classes 0–${l.max_priority_class}, ` +
+        `${count(l.max_jobs)} jobs admitted at once, ${Math.round(l.aggregator_share * 100)}% ` +
+        `of the aggregators, and submit ${l.submit_rate} jobs/s (bursts of ${count(l.submit_burst)}).`;
+      this.limitsLine.hidden = false;
+    } catch {
+      this.limitsOf = null; // the jobs table already reported the error; try again next load
+    }
   }
 
   // The tenant's queued jobs and why they wait, shown beside the switch memory: memory can
@@ -149,6 +172,8 @@ export class JobsTable {
     if (!token.get()) {
       this.queued = null; // the token was forgotten: its queue is not this page's any more
       this.renderQueue();
+      this.limitsOf = null;
+      this.limitsLine.hidden = true;
     }
   }
 
