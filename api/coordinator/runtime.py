@@ -33,6 +33,7 @@ from api.coordinator.topology import PolicyConfig, PsRegistry, Topology
 from api.settings import Settings, parse_hostport
 from api.store.crud import get_state, put_state
 from api.store.db import open_database
+from api.store.health import StoreHealth
 from api.store.lock import StoreInUse, StoreLock, lock_store, running_instance
 from api.store.models import Job
 from api.store.tokens import live_digests
@@ -51,6 +52,8 @@ class Service:
     engine: Engine
     sessions: sessionmaker[Session]
     events: EventBus = field(default_factory=EventBus)
+    # Store faults, logged once per episode (the HTTP answers and the loops report to it).
+    health: StoreHealth = field(default_factory=StoreHealth)
     backend: SwitchBackend | None = None
     coordinator_: Coordinator | None = None
     store_lock: StoreLock | None = None
@@ -84,7 +87,7 @@ class Service:
         settings say ``standby``: then serve reads and take over when the lock frees."""
         self.given_backend = backend
         owner = _owner(self.settings)
-        self.submissions = Submissions(self.sessions, on_stored=self._stored)
+        self.submissions = Submissions(self.sessions, on_stored=self._stored, health=self.health)
         watch = StreamWatch(self.events, self._live_digests)
         watch.start()
         self.closers.append(watch.stop)
@@ -282,7 +285,11 @@ def open_service(settings: Settings) -> Service:
     events = EventBus(
         max_per_tenant=settings.tenant_max_streams, tenant_view=TenantSwitchViews(sessions)
     )
-    return Service(settings=settings, engine=engine, sessions=sessions, events=events)
+    health = StoreHealth()
+    health.watch(sessions)
+    return Service(
+        settings=settings, engine=engine, sessions=sessions, events=events, health=health
+    )
 
 
 def _owner(settings: Settings) -> str:
@@ -307,6 +314,7 @@ def _coordinator(
         quota=QuotaDefaults(s.tenant_max_jobs, s.tenant_aggregator_share),
         join_timeout_s=s.join_timeout_s,
         verify_progress=topology.switch_data != DISCARD,
+        health=service.health,
     )
 
 
