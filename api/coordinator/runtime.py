@@ -1,16 +1,17 @@
 """`Service`: the running parts behind one app (job store, switch backend, PS, scheduler loop).
 
 `open_service` opens the job store (migrated); `Service.start` takes the store's lock and leads:
-it connects the switch as the settings say (embedded soft switch, the in-memory backend, or a
-P4Runtime target by address) as P4Runtime primary with its term's election id, starts or
-locates the PS, re-syncs the switch and starts the scheduling loop; `Service.stop` undoes all of
-it in reverse order.
+it opens the data plane (`DataPlane`: the embedded soft switch, if any, and the PS), connects to
+the switch as P4Runtime primary with its term's election id, re-syncs the switch and starts the
+scheduling loop; `Service.stop` undoes all of it in reverse order.
 
 With ``standby`` set, a service that finds the lock held does not fail: it serves reads from a
 coordinator that never schedules, on the switch as a P4Runtime backup (a reader), while its
 `api.coordinator.leader.Campaign` waits for the lock, and then leads as above. A leader that loses
-the lock
-steps down to that standby view.
+the lock (the store restarted or is away) steps down to that standby view but keeps its data
+plane: the workers of running jobs go on aggregating through it, and when the store answers the
+next term re-connects to the same switch with a higher election id and re-syncs it. The data
+plane stops only when another service turns out to lead the store, or at `stop`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from p4ctl.backend import Endpoint, InMemorySwitch, SwitchBackend
 from sqlalchemy import Engine
@@ -38,12 +40,43 @@ from api.store.lock import StoreInUse, StoreLock, lock_store, running_instance
 from api.store.models import Job
 from api.store.tokens import live_digests
 
-__all__ = ["Service", "connect_switch", "open_service"]
+if TYPE_CHECKING:
+    from p4ctl.client import SwitchClient
+    from p4ctl.softswitch import SoftSwitch
+
+__all__ = [
+    "DataPlane",
+    "Service",
+    "connect_switch",
+    "open_service",
+    "start_embedded_switch",
+    "switch_client",
+]
 
 log = logging.getLogger(__name__)
 DATA_PORT_KEY = "embedded_switch_data"
 # RFC 863 discard: where the in-memory backend "sends" (nothing is ever sent there).
 DISCARD = Endpoint("127.0.0.1", 9)
+
+
+@dataclass
+class DataPlane:
+    """What forwards gradients from this process, kept from one term to the next while no other
+    service leads (it does not need the store): the data endpoint the workers send to, the
+    embedded switch's P4Runtime address (None: the switch is elsewhere), and the PS."""
+
+    switch_data: Endpoint
+    ps: Endpoint
+    registry: PsRegistry | None
+    p4runtime: str | None = None
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def topology(self) -> Topology:
+        return Topology(switch_data=self.switch_data, ps=self.ps)
+
+    def close(self) -> None:
+        _close_all(self.closers)
 
 
 @dataclass
@@ -66,6 +99,8 @@ class Service:
     given_backend: SwitchBackend | None = None
     # Job submissions' writer (group commit), from `start` to `stop`.
     submissions: Submissions | None = None
+    # From the first term on, until another service leads or `stop`.
+    plane: DataPlane | None = None
 
     @property
     def started(self) -> bool:
@@ -106,7 +141,7 @@ class Service:
             else:
                 self.lead(held)
             self.campaign = Campaign(
-                acquire=lambda: lock_store(self.settings.resolved_database_url, owner=owner),
+                acquire=self._acquire,
                 lead=self.lead,
                 step_down=self._step_down,
                 poll_s=self.settings.standby_poll_s,
@@ -122,26 +157,24 @@ class Service:
             return live_digests(session, digests=digests)
 
     def lead(self, lock: StoreLock) -> None:
-        """Start a term with `lock` held: a new epoch, the switch as primary with its election
-        id, the PS, and the scheduling loop (which re-syncs the switch from the store)."""
+        """Start a term with `lock` held: a new epoch, the data plane (the one kept from the
+        last term, or a new one), the switch as primary with the term's election id, and the
+        scheduling loop (which re-syncs the switch from the store)."""
         # The standby's view serves reads until the new term is ready, then goes; it stops
         # following the store's commits first, which the new term's coordinator must see.
         if self.coordinator_ is not None and not self.leading:
             self.coordinator_.stop(record=False)
         view, self.term = self.term, [lock.release]
         self.store_lock = lock
+        kept = self.plane is not None
         try:
             lease = take_lease(self.sessions, holder=_owner(self.settings))
             election = election_id(lease.epoch)
-            if self.given_backend is None:
-                backend, switch_data = self._connect_switch(election)
-            else:
-                backend = self.given_backend
-                switch_data = _endpoint(self.settings.switch_data) or DISCARD
-            ps, registry = start_ps(self.settings, switch_data, self.term)
-            coordinator = _coordinator(
-                self, backend, Topology(switch_data=switch_data, ps=ps), registry
-            )
+            if self.plane is None:
+                self.plane = self._open_plane()
+            plane = self.plane
+            backend = self._control(plane, election)
+            coordinator = _coordinator(self, backend, plane.topology, plane.registry)
             coordinator.start()
             self.term.append(coordinator.stop)
         except BaseException:
@@ -149,9 +182,30 @@ class Service:
             self.term = view
             raise
         self.backend, self.coordinator_, self.lease = backend, coordinator, lease
-        for closer in reversed(view):
-            closer()
-        log.info("leading the store: epoch %d, P4Runtime election id %s", lease.epoch, election)
+        _close_all(view)
+        log.info(
+            "leading the store: epoch %d, P4Runtime election id %s%s",
+            lease.epoch,
+            election,
+            " (the data plane kept from the last term)" if kept else "",
+        )
+
+    def _acquire(self) -> StoreLock:
+        """Take the store's lock; a service that finds another leading stops the data plane it
+        kept (that one's workers are the other's now)."""
+        try:
+            return lock_store(self.settings.resolved_database_url, owner=_owner(self.settings))
+        except StoreInUse:
+            if self.plane is not None and not self.leading:
+                log.warning(
+                    "another service leads this store now: this one's data plane (its embedded "
+                    "switch, its PS) stops"
+                )
+                self._end_term()
+                self.plane.close()
+                self.plane = None
+                self._stand_by()
+            raise
 
     def _stored(self, jobs: Sequence[Job]) -> None:
         """New jobs are in the store: a decision round for them, and their events."""
@@ -163,29 +217,35 @@ class Service:
 
     def _stand_by(self) -> None:
         """The read-only view of a standby: a coordinator that never starts, on the switch as
-        a P4Runtime backup (reads only), or on an empty in-memory pool when the switch is
-        embedded in the leader (or is away)."""
+        a P4Runtime backup (reads only; the embedded switch of the data plane kept from the
+        last term, if any), or on an empty in-memory pool."""
         settings = self.settings
         backend: SwitchBackend = InMemorySwitch(settings.aggregators, settings.lanes)
-        if settings.switch not in ("embedded", "memory") and self.given_backend is None:
+        external = settings.switch not in ("embedded", "memory")
+        address = settings.switch if external else self.plane and self.plane.p4runtime
+        if address and self.given_backend is None:
             from p4ctl.client import SwitchClient
             from p4ctl.errors import SwitchError
 
             try:
                 reader = SwitchClient(
-                    settings.switch,
-                    device_id=settings.switch_device_id,
+                    address,
+                    device_id=settings.switch_device_id if external else 0,
                     election_id=None,
-                    register_thrift=settings.switch_thrift,
+                    register_thrift=settings.switch_thrift if external else None,
                 )
             except SwitchError as exc:
                 log.warning("standing by without a view of the switch: %s", exc)
             else:
                 self.term.append(reader.close)
                 backend = reader
-        topology = Topology(
-            switch_data=_endpoint(settings.switch_data) or DISCARD,
-            ps=_endpoint(settings.ps) or DISCARD,
+        topology = (
+            self.plane.topology
+            if self.plane is not None
+            else Topology(
+                switch_data=_endpoint(settings.switch_data) or DISCARD,
+                ps=_endpoint(settings.ps) or DISCARD,
+            )
         )
         view = _coordinator(self, backend, topology, None)
         # Never started, so never recorded as stopped; its stop ends what it follows.
@@ -204,7 +264,7 @@ class Service:
 
     def _step_down(self) -> None:
         """End a term whose lock was lost, without recording a clean stop (another service
-        may lead already), and stand by."""
+        may lead already), and stand by; the data plane stays (`_acquire`)."""
         self.lease = None
         coordinator = self.coordinator_
         if coordinator is not None and self.term and self.term[-1] == coordinator.stop:
@@ -213,25 +273,48 @@ class Service:
         self._stand_by()
 
     def _end_term(self) -> None:
-        while self.term:
-            closer = self.term.pop()
-            try:
-                closer()
-            except Exception:
-                log.exception("error while stopping %r", closer)
+        _close_all(self.term)
 
-    def _connect_switch(self, election: tuple[int, int]) -> tuple[SwitchBackend, Endpoint]:
-        """`connect_switch`, with the embedded switch's data plane on the port it had before
-        (kept in the store), so the workers of running jobs can still reach it."""
+    def _open_plane(self) -> DataPlane:
+        """The data plane as the settings say: the embedded switch on the data port it had
+        before (kept in the store, so the workers of running jobs can still reach it), and
+        the PS."""
         settings = self.settings
-        if settings.switch != "embedded":
-            return connect_switch(settings, self.term, election)
+        closers: list[Callable[[], None]] = []
+        try:
+            p4runtime = None
+            if self.given_backend is not None or settings.switch == "memory":
+                switch_data = _endpoint(settings.switch_data) or DISCARD
+            elif settings.switch == "embedded":
+                switch = self._embedded_switch(closers)
+                p4runtime, switch_data = switch.p4runtime_address, Endpoint(*switch.data_address)
+            else:
+                switch_data = _switch_data(settings)
+            ps, registry = start_ps(settings, switch_data, closers)
+        except BaseException:
+            _close_all(closers)
+            raise
+        return DataPlane(switch_data, ps, registry, p4runtime, closers)
+
+    def _control(self, plane: DataPlane, election: tuple[int, int]) -> SwitchBackend:
+        """The term's switch backend: the given one, a new in-memory switch, or a P4Runtime
+        client with `election` (closed with the term)."""
+        if self.given_backend is not None:
+            return self.given_backend
+        if self.settings.switch == "memory":
+            return InMemorySwitch(self.settings.aggregators, self.settings.lanes)
+        client = switch_client(self.settings, election, embedded=plane.p4runtime)
+        self.term.append(client.close)
+        return client
+
+    def _embedded_switch(self, closers: list[Callable[[], None]]) -> SoftSwitch:
+        settings = self.settings
         with self.sessions() as s:
             kept = (get_state(s, key=DATA_PORT_KEY) or {}).get("port")
         if settings.switch_data_port == 0 and isinstance(kept, int):
             try:
                 pinned = settings.model_copy(update={"switch_data_port": kept})
-                backend, switch_data = connect_switch(pinned, self.term, election)
+                switch = start_embedded_switch(pinned, closers)
             except OSError as exc:
                 log.warning(
                     "the switch's data port %d is taken (%s): the workers of running jobs "
@@ -239,10 +322,10 @@ class Service:
                     kept,
                     exc,
                 )
-                backend, switch_data = connect_switch(settings, self.term, election)
+                switch = start_embedded_switch(settings, closers)
         else:
             try:
-                backend, switch_data = connect_switch(settings, self.term, election)
+                switch = start_embedded_switch(settings, closers)
             except OSError as exc:
                 raise OSError(
                     f"the embedded switch cannot bind its data port "
@@ -250,9 +333,9 @@ class Service:
                     "another (0: any free one)"
                 ) from exc
         with self.sessions() as s:
-            put_state(s, key=DATA_PORT_KEY, value={"port": switch_data.port})
+            put_state(s, key=DATA_PORT_KEY, value={"port": switch.data_address[1]})
             s.commit()
-        return backend, switch_data
+        return switch
 
     def stop(self) -> None:
         """Stop everything started, newest first; safe to call twice."""
@@ -264,12 +347,10 @@ class Service:
         self.coordinator_ = None
         self.lease = None
         self._end_term()
-        while self.closers:
-            closer = self.closers.pop()
-            try:
-                closer()
-            except Exception:
-                log.exception("error while stopping %r", closer)
+        if self.plane is not None:
+            self.plane.close()
+            self.plane = None
+        _close_all(self.closers)
         self.engine.dispose()
 
 
@@ -322,6 +403,16 @@ def _endpoint(text: str | None) -> Endpoint | None:
     return Endpoint(*parse_hostport(text)) if text else None
 
 
+def _close_all(closers: list[Callable[[], None]]) -> None:
+    """Run and empty `closers`, newest first; one that fails is logged, the rest still run."""
+    while closers:
+        closer = closers.pop()
+        try:
+            closer()
+        except Exception:
+            log.exception("error while stopping %r", closer)
+
+
 def connect_switch(
     settings: Settings,
     closers: list[Callable[[], None]],
@@ -332,39 +423,54 @@ def connect_switch(
     if settings.switch == "memory":
         backend: SwitchBackend = InMemorySwitch(settings.aggregators, settings.lanes)
         return backend, _endpoint(settings.switch_data) or DISCARD
+    if settings.switch == "embedded":
+        switch = start_embedded_switch(settings, closers)
+        client = switch_client(settings, election, embedded=switch.p4runtime_address)
+        closers.append(client.close)
+        return client, Endpoint(*switch.data_address)
+    switch_data = _switch_data(settings)
+    client = switch_client(settings, election)
+    closers.append(client.close)
+    return client, switch_data
+
+
+def start_embedded_switch(settings: Settings, closers: list[Callable[[], None]]) -> SoftSwitch:
+    """A started soft switch sized as `settings` say, on their data port; its stop goes to
+    `closers`."""
+    from p4ctl.softswitch import SoftSwitch
+
+    switch = SoftSwitch(
+        aggregators=settings.aggregators,
+        lanes=settings.lanes,
+        data=("127.0.0.1", settings.switch_data_port),
+        gso=settings.gso,
+    ).start()
+    closers.append(switch.stop)
+    return switch
+
+
+def switch_client(
+    settings: Settings, election: tuple[int, int], *, embedded: str | None = None
+) -> SwitchClient:
+    """A P4Runtime client with `election` of the `embedded` switch (its address), or of the
+    switch the settings name."""
     from p4ctl.client import SwitchClient
 
-    if settings.switch == "embedded":
-        from p4ctl.softswitch import SoftSwitch
-
-        switch = SoftSwitch(
-            aggregators=settings.aggregators,
-            lanes=settings.lanes,
-            data=("127.0.0.1", settings.switch_data_port),
-            gso=settings.gso,
-        ).start()
-        closers.append(switch.stop)
+    if embedded is not None:
         # Read and written over P4Runtime like any other target: on the upb protobuf runtime a
         # full read of occupancy and counters of 20,480 aggregators takes 0.13-0.26 s here
         # (python -m bench.p4rt_read), against 4-7 s on pure-Python protobuf.
-        client = SwitchClient(
-            switch.p4runtime_address,
-            election_id=election,
-            aggregators=settings.aggregators,
-            lanes=settings.lanes,
-        )
-        closers.append(client.close)
-        return client, Endpoint(*switch.data_address)
-    if settings.switch_data is None:
-        raise ValueError(
-            f"the switch at {settings.switch} needs its UDP data address: "
-            "set INASCHED_SWITCH_DATA=HOST:PORT (or --switch-data)"
+        return SwitchClient(
+            embedded, election_id=election, aggregators=settings.aggregators, lanes=settings.lanes
         )
     # A switch that already runs our pipeline keeps its sizing (the client reads it); one with
     # no pipeline yet gets the sizing given in the settings, or the P4Info defaults.
     given = settings.model_fields_set
     program = settings.p4_config.read_bytes() if settings.p4_config is not None else b""
-    client = SwitchClient(
+    # A target that refuses register access (PI) without --switch-thrift still schedules: jobs,
+    # priorities and workers are table entries. The client has logged what is lost
+    # (`registers_unavailable`): the dashboard's occupancy stays empty and nothing is reclaimed.
+    return SwitchClient(
         settings.switch,
         device_id=settings.switch_device_id,
         election_id=election,
@@ -373,11 +479,16 @@ def connect_switch(
         device_config=program,
         register_thrift=settings.switch_thrift,
     )
-    closers.append(client.close)
-    # A target that refuses register access (PI) without --switch-thrift still schedules: jobs,
-    # priorities and workers are table entries. The client has logged what is lost
-    # (`registers_unavailable`): the dashboard's occupancy stays empty and nothing is reclaimed.
-    return client, Endpoint(*parse_hostport(settings.switch_data))
+
+
+def _switch_data(settings: Settings) -> Endpoint:
+    """The UDP data address of a switch named by address (it cannot be asked for it)."""
+    if settings.switch_data is None:
+        raise ValueError(
+            f"the switch at {settings.switch} needs its UDP data address: "
+            "set INASCHED_SWITCH_DATA=HOST:PORT (or --switch-data)"
+        )
+    return Endpoint(*parse_hostport(settings.switch_data))
 
 
 def start_ps(
