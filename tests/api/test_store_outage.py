@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
 from api.http.app import create_app
 from api.settings import Settings
 from api.store.crud import create_tenant_token
+from api.store.lock import StoreInUse, lock_store
 from scheduler.workload import model_table
 from tests.api.conftest import LiveServer, free_port, stop_processes, wait_for
 
@@ -168,6 +170,55 @@ def test_a_postgres_restart_under_a_training_job_costs_it_nothing(
             wait_for(lambda: done() == ITERATIONS, "the job's last progress", 60)
             final = client.get(job_url, headers=auth).json()
             assert final["state"] == "finished", final
-            assert ITERATIONS > before
+            assert before < ITERATIONS
         finally:
             stop_processes([proc for proc, _ in workers])
+
+
+@pytest.mark.postgres
+def test_a_leader_that_finds_another_leading_after_losing_the_lock_stops_its_data_plane(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    settings = Settings(
+        data_dir=tmp_path,
+        database_url=postgres_server.url,
+        switch="embedded",
+        aggregators=256,
+        standby_poll_s=2.0,
+    )
+    app = create_app(settings)
+    service = app.state.service
+    with LiveServer(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        epoch = client.get("/leader").json()["epoch"]
+        data_port = service.plane.switch_data.port
+        plain = postgres_server.url.replace("+psycopg", "")
+        with psycopg.connect(plain, autocommit=True) as c:
+            ended = c.execute(
+                "SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_stat_activity a "
+                "ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+                "AND a.application_name LIKE %s",
+                (f"inasched pid {os.getpid()} %",),
+            ).fetchall()
+        assert ended == [(True,)]
+        # Another service takes the lock before this one's next check notices the loss.
+        other = None
+
+        def taken() -> bool:
+            nonlocal other
+            try:
+                other = lock_store(postgres_server.url, owner="another inasched service")
+            except StoreInUse:
+                return False
+            return True
+
+        wait_for(taken, "the lock to be free for another service")
+        assert other is not None
+        try:
+            wait_for(lambda: service.plane is None, "the old leader to stop its data plane")
+            assert not service.leading
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.bind(("127.0.0.1", data_port))  # the embedded switch let its port go
+        finally:
+            other.release()
+        wait_for(lambda: client.get("/leader").json().get("epoch") == epoch + 1, "a new term")
+        assert service.plane is not None
