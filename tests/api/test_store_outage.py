@@ -35,6 +35,9 @@ from tests.api.conftest import LiveServer, free_port, stop_processes, wait_for
 HEARTBEAT_TIMEOUT_S = 10.0
 # Shorter than the heartbeat timeout: an outage up to it must cost no running job.
 OUTAGE_S = 7.0
+# The workers' own limit on a missing result (`inasched worker --timeout`), shorter than the
+# outage: a data plane that went away with the store would fail them.
+WORKER_TIMEOUT_S = 4.0
 ITERATIONS = 60
 
 
@@ -101,7 +104,7 @@ def _worker(
     # ResNet-50's compute time (a third of a second per iteration), on the job's gradient.
     scale = job["gradient_bytes"] / model_table()["ResNet-50"][0]
     argv = ["--service", url, "worker", "--job", str(job["id"]), "--token", job["join_token"]]
-    argv += ["--model", "ResNet-50", "--scale", repr(scale), "--log-level", "INFO"]
+    argv += ["--model", "ResNet-50", "--scale", repr(scale), "--timeout", str(WORKER_TIMEOUT_S)]
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "cli", *argv], stdout=out, stderr=subprocess.STDOUT, env=env
@@ -158,11 +161,8 @@ def test_a_postgres_restart_under_a_training_job_costs_it_nothing(
                 time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - stopped)))
             finally:
                 postgres_server.start()
-            wait_for(
-                lambda: client.get("/leader").json().get("epoch") == first["epoch"] + 1,
-                "the same service to lead a new term",
-                60,
-            )
+            wait_for(lambda: service.leading, "the same service to lead again", 60)
+            assert client.get("/leader").json()["epoch"] == first["epoch"] + 1
             # The same data plane: the workers' switch never moved, and they trained on.
             assert service.plane.switch_data == switch_data
             for proc, log in workers:
@@ -220,5 +220,6 @@ def test_a_leader_that_finds_another_leading_after_losing_the_lock_stops_its_dat
                 s.bind(("127.0.0.1", data_port))  # the embedded switch let its port go
         finally:
             other.release()
-        wait_for(lambda: client.get("/leader").json().get("epoch") == epoch + 1, "a new term")
+        wait_for(lambda: service.leading, "a new term")
+        assert client.get("/leader").json()["epoch"] == epoch + 1
         assert service.plane is not None
