@@ -28,11 +28,21 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.coordinator.counters import TenantSwitchViews
 from api.coordinator.events import EventBus, StreamWatch
 from api.coordinator.leader import Campaign, Lease, election_id, take_lease
+from api.coordinator.plane import (
+    DISCARD,
+    DataPlane,
+    close_all,
+    endpoint,
+    start_embedded_switch,
+    start_ps,
+    switch_client,
+    switch_data_of,
+)
 from api.coordinator.quotas import QuotaDefaults
 from api.coordinator.scheduling import Coordinator
 from api.coordinator.submissions import Submissions
 from api.coordinator.topology import PolicyConfig, PsRegistry, Topology
-from api.settings import Settings, parse_hostport
+from api.settings import Settings
 from api.store.crud import get_state, put_state
 from api.store.db import open_database
 from api.store.health import StoreHealth
@@ -41,42 +51,12 @@ from api.store.models import Job
 from api.store.tokens import live_digests
 
 if TYPE_CHECKING:
-    from p4ctl.client import SwitchClient
     from p4ctl.softswitch import SoftSwitch
 
-__all__ = [
-    "DataPlane",
-    "Service",
-    "connect_switch",
-    "open_service",
-    "start_embedded_switch",
-    "switch_client",
-]
+__all__ = ["Service", "open_service"]
 
 log = logging.getLogger(__name__)
 DATA_PORT_KEY = "embedded_switch_data"
-# RFC 863 discard: where the in-memory backend "sends" (nothing is ever sent there).
-DISCARD = Endpoint("127.0.0.1", 9)
-
-
-@dataclass
-class DataPlane:
-    """What forwards gradients from this process, kept from one term to the next while no other
-    service leads (it does not need the store): the data endpoint the workers send to, the
-    embedded switch's P4Runtime address (None: the switch is elsewhere), and the PS."""
-
-    switch_data: Endpoint
-    ps: Endpoint
-    registry: PsRegistry | None
-    p4runtime: str | None = None
-    closers: list[Callable[[], None]] = field(default_factory=list)
-
-    @property
-    def topology(self) -> Topology:
-        return Topology(switch_data=self.switch_data, ps=self.ps)
-
-    def close(self) -> None:
-        _close_all(self.closers)
 
 
 @dataclass
@@ -182,7 +162,7 @@ class Service:
             self.term = view
             raise
         self.backend, self.coordinator_, self.lease = backend, coordinator, lease
-        _close_all(view)
+        close_all(view)
         log.info(
             "leading the store: epoch %d, P4Runtime election id %s%s",
             lease.epoch,
@@ -243,8 +223,8 @@ class Service:
             self.plane.topology
             if self.plane is not None
             else Topology(
-                switch_data=_endpoint(settings.switch_data) or DISCARD,
-                ps=_endpoint(settings.ps) or DISCARD,
+                switch_data=endpoint(settings.switch_data) or DISCARD,
+                ps=endpoint(settings.ps) or DISCARD,
             )
         )
         view = _coordinator(self, backend, topology, None)
@@ -273,7 +253,7 @@ class Service:
         self._stand_by()
 
     def _end_term(self) -> None:
-        _close_all(self.term)
+        close_all(self.term)
 
     def _open_plane(self) -> DataPlane:
         """The data plane as the settings say: the embedded switch on the data port it had
@@ -284,15 +264,15 @@ class Service:
         try:
             p4runtime = None
             if self.given_backend is not None or settings.switch == "memory":
-                switch_data = _endpoint(settings.switch_data) or DISCARD
+                switch_data = endpoint(settings.switch_data) or DISCARD
             elif settings.switch == "embedded":
                 switch = self._embedded_switch(closers)
                 p4runtime, switch_data = switch.p4runtime_address, Endpoint(*switch.data_address)
             else:
-                switch_data = _switch_data(settings)
+                switch_data = switch_data_of(settings)
             ps, registry = start_ps(settings, switch_data, closers)
         except BaseException:
-            _close_all(closers)
+            close_all(closers)
             raise
         return DataPlane(switch_data, ps, registry, p4runtime, closers)
 
@@ -350,7 +330,7 @@ class Service:
         if self.plane is not None:
             self.plane.close()
             self.plane = None
-        _close_all(self.closers)
+        close_all(self.closers)
         self.engine.dispose()
 
 
@@ -397,121 +377,3 @@ def _coordinator(
         verify_progress=topology.switch_data != DISCARD,
         health=service.health,
     )
-
-
-def _endpoint(text: str | None) -> Endpoint | None:
-    return Endpoint(*parse_hostport(text)) if text else None
-
-
-def _close_all(closers: list[Callable[[], None]]) -> None:
-    """Run and empty `closers`, newest first; one that fails is logged, the rest still run."""
-    while closers:
-        closer = closers.pop()
-        try:
-            closer()
-        except Exception:
-            log.exception("error while stopping %r", closer)
-
-
-def connect_switch(
-    settings: Settings,
-    closers: list[Callable[[], None]],
-    election: tuple[int, int] = election_id(1),
-) -> tuple[SwitchBackend, Endpoint]:
-    """``(backend, switch data-plane endpoint)`` as `settings` say, a P4Runtime switch with
-    `election` as this controller's election id; cleanups go to `closers`."""
-    if settings.switch == "memory":
-        backend: SwitchBackend = InMemorySwitch(settings.aggregators, settings.lanes)
-        return backend, _endpoint(settings.switch_data) or DISCARD
-    if settings.switch == "embedded":
-        switch = start_embedded_switch(settings, closers)
-        client = switch_client(settings, election, embedded=switch.p4runtime_address)
-        closers.append(client.close)
-        return client, Endpoint(*switch.data_address)
-    switch_data = _switch_data(settings)
-    client = switch_client(settings, election)
-    closers.append(client.close)
-    return client, switch_data
-
-
-def start_embedded_switch(settings: Settings, closers: list[Callable[[], None]]) -> SoftSwitch:
-    """A started soft switch sized as `settings` say, on their data port; its stop goes to
-    `closers`."""
-    from p4ctl.softswitch import SoftSwitch
-
-    switch = SoftSwitch(
-        aggregators=settings.aggregators,
-        lanes=settings.lanes,
-        data=("127.0.0.1", settings.switch_data_port),
-        gso=settings.gso,
-    ).start()
-    closers.append(switch.stop)
-    return switch
-
-
-def switch_client(
-    settings: Settings, election: tuple[int, int], *, embedded: str | None = None
-) -> SwitchClient:
-    """A P4Runtime client with `election` of the `embedded` switch (its address), or of the
-    switch the settings name."""
-    from p4ctl.client import SwitchClient
-
-    if embedded is not None:
-        # Read and written over P4Runtime like any other target: on the upb protobuf runtime a
-        # full read of occupancy and counters of 20,480 aggregators takes 0.13-0.26 s here
-        # (python -m bench.p4rt_read), against 4-7 s on pure-Python protobuf.
-        return SwitchClient(
-            embedded, election_id=election, aggregators=settings.aggregators, lanes=settings.lanes
-        )
-    # A switch that already runs our pipeline keeps its sizing (the client reads it); one with
-    # no pipeline yet gets the sizing given in the settings, or the P4Info defaults.
-    given = settings.model_fields_set
-    program = settings.p4_config.read_bytes() if settings.p4_config is not None else b""
-    # A target that refuses register access (PI) without --switch-thrift still schedules: jobs,
-    # priorities and workers are table entries. The client has logged what is lost
-    # (`registers_unavailable`): the dashboard's occupancy stays empty and nothing is reclaimed.
-    return SwitchClient(
-        settings.switch,
-        device_id=settings.switch_device_id,
-        election_id=election,
-        aggregators=settings.aggregators if "aggregators" in given else None,
-        lanes=settings.lanes if "lanes" in given else None,
-        device_config=program,
-        register_thrift=settings.switch_thrift,
-    )
-
-
-def _switch_data(settings: Settings) -> Endpoint:
-    """The UDP data address of a switch named by address (it cannot be asked for it)."""
-    if settings.switch_data is None:
-        raise ValueError(
-            f"the switch at {settings.switch} needs its UDP data address: "
-            "set INASCHED_SWITCH_DATA=HOST:PORT (or --switch-data)"
-        )
-    return Endpoint(*parse_hostport(settings.switch_data))
-
-
-def start_ps(
-    settings: Settings, switch_data: Endpoint, closers: list[Callable[[], None]]
-) -> tuple[Endpoint, PsRegistry | None]:
-    """``(PS endpoint, registry)``: a configured PS, which the scheduler registers jobs with
-    over its control channel (``workers.ps_control``), or a PS started in this process."""
-    configured = _endpoint(settings.ps)
-    if configured is not None:
-        if settings.ps_control is None or settings.ps_secret is None:
-            raise ValueError(
-                f"the PS at {settings.ps} serves only jobs the service registers: set "
-                "INASCHED_PS_CONTROL=HOST:PORT (its --control-port) and INASCHED_PS_SECRET "
-                "(the secret it was started with)"
-            )
-        from workers.ps_control import RemotePs, load_secret
-
-        control = parse_hostport(settings.ps_control)
-        return configured, RemotePs(control, load_secret(settings.ps_secret.get_secret_value()))
-    if switch_data == DISCARD:
-        return DISCARD, None  # no data plane, so nothing will ever reach a PS
-    from workers.ps import ParameterServer
-
-    ps = ParameterServer("127.0.0.1", 0, gso=settings.gso).start()
-    closers.append(ps.stop)
-    return Endpoint(*ps.address), ps
