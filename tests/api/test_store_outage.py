@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 
 from api.http.app import create_app
@@ -30,7 +29,13 @@ from api.settings import Settings
 from api.store.crud import create_tenant_token
 from api.store.lock import StoreInUse, lock_store
 from scheduler.workload import model_table
-from tests.api.conftest import LiveServer, free_port, stop_processes, wait_for
+from tests.api.conftest import (
+    LiveServer,
+    end_lock_session,
+    free_port,
+    stop_processes,
+    wait_for,
+)
 
 HEARTBEAT_TIMEOUT_S = 10.0
 # Shorter than the heartbeat timeout: an outage up to it must cost no running job.
@@ -53,6 +58,16 @@ class PostgresServer:
     @property
     def url(self) -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def settings(self, data_dir: Path, **extra: Any) -> Settings:
+        """A service's settings on this server, with the embedded switch."""
+        return Settings(
+            data_dir=data_dir,
+            database_url=self.url,
+            switch="embedded",
+            aggregators=256,
+            **extra,
+        )
 
     def _ctl(self, *args: str) -> None:
         subprocess.run(
@@ -117,13 +132,8 @@ def _worker(
 def test_a_postgres_restart_under_a_training_job_costs_it_nothing(
     postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
-    settings = Settings(
-        data_dir=tmp_path,
-        database_url=postgres_server.url,
-        switch="embedded",
-        aggregators=256,
-        policy="esa",
-        heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S,
+    settings = postgres_server.settings(
+        tmp_path, policy="esa", heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S
     )
     app = create_app(settings)
     service = app.state.service
@@ -179,27 +189,13 @@ def test_a_postgres_restart_under_a_training_job_costs_it_nothing(
 def test_a_leader_that_finds_another_leading_after_losing_the_lock_stops_its_data_plane(
     postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
-    settings = Settings(
-        data_dir=tmp_path,
-        database_url=postgres_server.url,
-        switch="embedded",
-        aggregators=256,
-        standby_poll_s=2.0,
-    )
+    settings = postgres_server.settings(tmp_path, standby_poll_s=2.0)
     app = create_app(settings)
     service = app.state.service
     with LiveServer(app) as url, httpx.Client(base_url=url, timeout=30) as client:
         epoch = client.get("/leader").json()["epoch"]
         data_port = service.plane.switch_data.port
-        plain = postgres_server.url.replace("+psycopg", "")
-        with psycopg.connect(plain, autocommit=True) as c:
-            ended = c.execute(
-                "SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_stat_activity a "
-                "ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
-                "AND a.application_name LIKE %s",
-                (f"inasched pid {os.getpid()} %",),
-            ).fetchall()
-        assert ended == [(True,)]
+        end_lock_session(postgres_server.url)
         # Another service takes the lock before this one's next check notices the loss.
         other = None
 
