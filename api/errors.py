@@ -5,11 +5,14 @@
      +-- Conflict        409: illegal transition, or a worker of an ended job; carries `state`
      +-- Invalid         422: a value that passed the schema but not the service's rules
      +-- SwitchFailed    503: the switch refused or cannot be reached; retry later
+     +-- StoreFailed     503: the job store is full or unreachable (`api.store.health`)
 
 Lower-layer errors are mapped here, at the boundary: `scheduler.errors.IllegalTransition`
--> 409, `p4ctl.errors.SwitchError` -> 503. A request that fails its schema gets FastAPI's 422
-body, with any text that cannot be UTF-8 (a lone surrogate such as ``"\\ud800"`` in a JSON
-string, which the body's own value echoes back) written as its escape.
+-> 409, `p4ctl.errors.SwitchError` -> 503, a database error that `api.store.health` reads as
+a store fault -> 503 (`StoreFailed`, the episode logged once; any other stays a 500). A
+request that fails its schema gets FastAPI's 422 body, with any text that cannot be UTF-8 (a
+lone surrogate such as ``"\\ud800"`` in a JSON string, which the body's own value echoes
+back) written as its escape.
 """
 
 from __future__ import annotations
@@ -24,8 +27,11 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from p4ctl.errors import SwitchError
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 
+from api.store.db import DatabaseUnavailable
+from api.store.health import StoreFault, StoreHealth
 from scheduler.errors import IllegalTransition
 
 __all__ = [
@@ -34,6 +40,7 @@ __all__ = [
     "Invalid",
     "NotFound",
     "ServiceError",
+    "StoreFailed",
     "SwitchFailed",
     "TooMany",
     "allowed_methods",
@@ -114,6 +121,22 @@ class SwitchFailed(ServiceError):
         return {"Retry-After": "1"}
 
 
+class StoreFailed(ServiceError):
+    """The job store is full or unreachable: ``{"detail", "store": "full" | "unreachable"}``."""
+
+    status = 503
+
+    def __init__(self, fault: StoreFault) -> None:
+        super().__init__(fault.detail)
+        self.fault = fault
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": self.detail, "store": self.fault.kind}
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.fault.retry_after_s)}
+
+
 def printable(value: Any) -> Any:
     """`value` (JSON data) with every string made encodable as UTF-8: a lone surrogate, which
     JSON can carry and UTF-8 cannot, becomes its ``\\udXXX`` escape text."""
@@ -136,8 +159,8 @@ def allowed_methods(request: Request) -> str:
     return ", ".join(sorted(methods or {"GET", "HEAD"}))
 
 
-def install_handlers(app: FastAPI) -> None:
-    """Register the JSON answers of every mapped error on `app`."""
+def install_handlers(app: FastAPI, health: StoreHealth) -> None:
+    """Register the JSON answers of every mapped error on `app`; store faults go to `health`."""
 
     async def service_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ServiceError)
@@ -175,7 +198,15 @@ def install_handlers(app: FastAPI) -> None:
             {"detail": f"switch: {exc}"}, status_code=503, headers={"Retry-After": "1"}
         )
 
+    async def store_error(request: Request, exc: Exception) -> Response:
+        fault = health.fault(exc)
+        if fault is None:
+            raise exc  # a bug: the server's 500, with its traceback
+        return await service_error(request, StoreFailed(fault))
+
     app.add_exception_handler(ServiceError, service_error)
+    app.add_exception_handler(SQLAlchemyError, store_error)
+    app.add_exception_handler(DatabaseUnavailable, store_error)
     app.add_exception_handler(RequestValidationError, request_invalid)
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(IllegalTransition, illegal)

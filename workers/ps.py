@@ -238,6 +238,14 @@ class ParameterServer:
         pol = Policy.parse(policy) if isinstance(policy, str) else policy
         addr = (socket.gethostbyname(switch[0]), switch[1])
         with self._lock:
+            kept = self._jobs.get(job_id)
+            if kept is not None and (kept.fan_in, kept.switch, kept.window, kept.policy) == (
+                fan_in,
+                addr,
+                window or DEFAULT_WINDOW,
+                pol,
+            ):
+                return  # registered again by a new term: what it holds for the job stays
             self._jobs[job_id] = _Job(fan_in, addr, window or DEFAULT_WINDOW, pol)
 
     def remove_job(self, job_id: int) -> None:

@@ -9,8 +9,9 @@ its lock (PERMISSION_DENIED).
 
 `Campaign` is the thread that waits: a standby tries the lock every `poll_s` and leads once it
 has it; a leader checks every `poll_s` that it still holds the lock, and steps down when it
-does not. A leader whose term is broken (`healthy` False: the switch restarted) steps down
-too and campaigns again at once, so the next term connects and re-syncs the switch.
+does not (a store that went away is said once per outage, not once per try). A leader whose
+term is broken (`healthy` False: the switch restarted) steps down too and campaigns again at
+once, so the next term connects and re-syncs the switch.
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ class Campaign:
         self.poll_s = poll_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._store_away = False
 
     def start(self, held: StoreLock | None) -> None:
         """Run, leading already with `held` or standing by when None."""
@@ -127,7 +129,8 @@ class Campaign:
             if not lock.alive():
                 log.error(
                     "this service lost the store's lock (the database restarted, or ended "
-                    "the lock's session): stepping down to standby"
+                    "the lock's session): stepping down to standby; its data plane keeps "
+                    "forwarding, and it leads again when the store answers"
                 )
                 try:
                     self._step_down()
@@ -153,8 +156,11 @@ class Campaign:
         except StoreInUse:
             return None
         except (DatabaseUnavailable, SQLAlchemyError) as exc:
-            log.warning("standing by: the store is away (%s)", exc)
+            if not self._store_away:  # once per outage, not once per poll
+                log.warning("standing by: the store is away (%s)", exc)
+            self._store_away = True
             return None
+        self._store_away = False
         return self._lead_with(lock)
 
     def _lead_with(self, lock: StoreLock) -> StoreLock | None:

@@ -1,16 +1,17 @@
 """`Service`: the running parts behind one app (job store, switch backend, PS, scheduler loop).
 
 `open_service` opens the job store (migrated); `Service.start` takes the store's lock and leads:
-it connects the switch as the settings say (embedded soft switch, the in-memory backend, or a
-P4Runtime target by address) as P4Runtime primary with its term's election id, starts or
-locates the PS, re-syncs the switch and starts the scheduling loop; `Service.stop` undoes all of
-it in reverse order.
+it opens the data plane (`DataPlane`: the embedded soft switch, if any, and the PS), connects to
+the switch as P4Runtime primary with its term's election id, re-syncs the switch and starts the
+scheduling loop; `Service.stop` undoes all of it in reverse order.
 
 With ``standby`` set, a service that finds the lock held does not fail: it serves reads from a
 coordinator that never schedules, on the switch as a P4Runtime backup (a reader), while its
 `api.coordinator.leader.Campaign` waits for the lock, and then leads as above. A leader that loses
-the lock
-steps down to that standby view.
+the lock (the store restarted or is away) steps down to that standby view but keeps its data
+plane: the workers of running jobs go on aggregating through it, and when the store answers the
+next term re-connects to the same switch with a higher election id and re-syncs it. The data
+plane stops only when another service turns out to lead the store, or at `stop`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from p4ctl.backend import Endpoint, InMemorySwitch, SwitchBackend
 from sqlalchemy import Engine
@@ -27,23 +29,35 @@ from api.coordinator.admission import SubmitLimits
 from api.coordinator.counters import TenantSwitchViews
 from api.coordinator.events import EventBus, StreamWatch
 from api.coordinator.leader import Campaign, Lease, election_id, take_lease
+from api.coordinator.plane import (
+    DISCARD,
+    DataPlane,
+    close_all,
+    endpoint,
+    start_embedded_switch,
+    start_ps,
+    switch_client,
+    switch_data_of,
+)
 from api.coordinator.quotas import QuotaDefaults
 from api.coordinator.scheduling import Coordinator
 from api.coordinator.submissions import Submissions
 from api.coordinator.topology import PsRegistry, Topology
-from api.settings import Settings, parse_hostport
+from api.settings import Settings
 from api.store.crud import get_state, put_state
 from api.store.db import open_database
+from api.store.health import StoreHealth
 from api.store.lock import StoreInUse, StoreLock, lock_store, running_instance
 from api.store.models import Job
 from api.store.tokens import live_digests
 
-__all__ = ["Service", "connect_switch", "open_service"]
+if TYPE_CHECKING:
+    from p4ctl.softswitch import SoftSwitch
+
+__all__ = ["Service", "open_service"]
 
 log = logging.getLogger(__name__)
 DATA_PORT_KEY = "embedded_switch_data"
-# RFC 863 discard: where the in-memory backend "sends" (nothing is ever sent there).
-DISCARD = Endpoint("127.0.0.1", 9)
 
 
 @dataclass
@@ -52,6 +66,8 @@ class Service:
     engine: Engine
     sessions: sessionmaker[Session]
     events: EventBus = field(default_factory=EventBus)
+    # Store faults, logged once per episode (the HTTP answers and the loops report to it).
+    health: StoreHealth = field(default_factory=StoreHealth)
     backend: SwitchBackend | None = None
     coordinator_: Coordinator | None = None
     store_lock: StoreLock | None = None
@@ -64,6 +80,8 @@ class Service:
     given_backend: SwitchBackend | None = None
     # Job submissions' writer (group commit), from `start` to `stop`.
     submissions: Submissions | None = None
+    # From the first term on, until another service leads or `stop`.
+    plane: DataPlane | None = None
 
     @property
     def started(self) -> bool:
@@ -85,13 +103,12 @@ class Service:
         settings say ``standby``: then serve reads and take over when the lock frees."""
         self.given_backend = backend
         owner = _owner(self.settings)
-        s = self.settings
+        tenant = self.settings.tenant
         self.submissions = Submissions(
             self.sessions,
             on_stored=self._stored,
-            limits=SubmitLimits(
-                s.tenant.max_priority_class, s.tenant.submit_rate, s.tenant.submit_burst
-            ),
+            limits=SubmitLimits(tenant.max_priority_class, tenant.submit_rate, tenant.submit_burst),
+            health=self.health,
         )
         watch = StreamWatch(self.events, self._live_digests)
         watch.start()
@@ -111,7 +128,7 @@ class Service:
             else:
                 self.lead(held)
             self.campaign = Campaign(
-                acquire=lambda: lock_store(self.settings.resolved_database_url, owner=owner),
+                acquire=self._acquire,
                 lead=self.lead,
                 step_down=self._step_down,
                 poll_s=self.settings.standby.poll_s,
@@ -127,26 +144,24 @@ class Service:
             return live_digests(session, digests=digests)
 
     def lead(self, lock: StoreLock) -> None:
-        """Start a term with `lock` held: a new epoch, the switch as primary with its election
-        id, the PS, and the scheduling loop (which re-syncs the switch from the store)."""
+        """Start a term with `lock` held: a new epoch, the data plane (the one kept from the
+        last term, or a new one), the switch as primary with the term's election id, and the
+        scheduling loop (which re-syncs the switch from the store)."""
         # The standby's view serves reads until the new term is ready, then goes; it stops
         # following the store's commits first, which the new term's coordinator must see.
         if self.coordinator_ is not None and not self.leading:
             self.coordinator_.stop(record=False)
         view, self.term = self.term, [lock.release]
         self.store_lock = lock
+        kept = self.plane is not None
         try:
             lease = take_lease(self.sessions, holder=_owner(self.settings))
             election = election_id(lease.epoch)
-            if self.given_backend is None:
-                backend, switch_data = self._connect_switch(election)
-            else:
-                backend = self.given_backend
-                switch_data = _endpoint(self.settings.switch.data) or DISCARD
-            ps, registry = start_ps(self.settings, switch_data, self.term)
-            coordinator = _coordinator(
-                self, backend, Topology(switch_data=switch_data, ps=ps), registry
-            )
+            if self.plane is None:
+                self.plane = self._open_plane()
+            plane = self.plane
+            backend = self._control(plane, election)
+            coordinator = _coordinator(self, backend, plane.topology, plane.registry)
             coordinator.start()
             self.term.append(coordinator.stop)
         except BaseException:
@@ -154,9 +169,30 @@ class Service:
             self.term = view
             raise
         self.backend, self.coordinator_, self.lease = backend, coordinator, lease
-        for closer in reversed(view):
-            closer()
-        log.info("leading the store: epoch %d, P4Runtime election id %s", lease.epoch, election)
+        close_all(view)
+        log.info(
+            "leading the store: epoch %d, P4Runtime election id %s%s",
+            lease.epoch,
+            election,
+            " (the data plane kept from the last term)" if kept else "",
+        )
+
+    def _acquire(self) -> StoreLock:
+        """Take the store's lock; a service that finds another leading stops the data plane it
+        kept (that one's workers are the other's now)."""
+        try:
+            return lock_store(self.settings.resolved_database_url, owner=_owner(self.settings))
+        except StoreInUse:
+            if self.plane is not None and not self.leading:
+                log.warning(
+                    "another service leads this store now: this one's data plane (its embedded "
+                    "switch, its PS) stops"
+                )
+                self._end_term()
+                self.plane.close()
+                self.plane = None
+                self._stand_by()
+            raise
 
     def _stored(self, jobs: Sequence[Job]) -> None:
         """New jobs are in the store: a decision round for them, and their events."""
@@ -168,29 +204,35 @@ class Service:
 
     def _stand_by(self) -> None:
         """The read-only view of a standby: a coordinator that never starts, on the switch as
-        a P4Runtime backup (reads only), or on an empty in-memory pool when the switch is
-        embedded in the leader (or is away)."""
+        a P4Runtime backup (reads only; the embedded switch of the data plane kept from the
+        last term, if any), or on an empty in-memory pool."""
         settings = self.settings
         backend: SwitchBackend = InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
-        if settings.switch.target not in ("embedded", "memory") and self.given_backend is None:
+        external = settings.switch.target not in ("embedded", "memory")
+        address = settings.switch.target if external else self.plane and self.plane.p4runtime
+        if address and self.given_backend is None:
             from p4ctl.client import SwitchClient
             from p4ctl.errors import SwitchError
 
             try:
                 reader = SwitchClient(
-                    settings.switch.target,
-                    device_id=settings.switch.device_id,
+                    address,
+                    device_id=settings.switch.device_id if external else 0,
                     election_id=None,
-                    register_thrift=settings.switch.thrift,
+                    register_thrift=settings.switch.thrift if external else None,
                 )
             except SwitchError as exc:
                 log.warning("standing by without a view of the switch: %s", exc)
             else:
                 self.term.append(reader.close)
                 backend = reader
-        topology = Topology(
-            switch_data=_endpoint(settings.switch.data) or DISCARD,
-            ps=_endpoint(settings.ps.address) or DISCARD,
+        topology = (
+            self.plane.topology
+            if self.plane is not None
+            else Topology(
+                switch_data=endpoint(settings.switch.data) or DISCARD,
+                ps=endpoint(settings.ps.address) or DISCARD,
+            )
         )
         view = _coordinator(self, backend, topology, None)
         # Never started, so never recorded as stopped; its stop ends what it follows.
@@ -209,7 +251,7 @@ class Service:
 
     def _step_down(self) -> None:
         """End a term whose lock was lost, without recording a clean stop (another service
-        may lead already), and stand by."""
+        may lead already), and stand by; the data plane stays (`_acquire`)."""
         self.lease = None
         coordinator = self.coordinator_
         if coordinator is not None and self.term and self.term[-1] == coordinator.stop:
@@ -218,19 +260,42 @@ class Service:
         self._stand_by()
 
     def _end_term(self) -> None:
-        while self.term:
-            closer = self.term.pop()
-            try:
-                closer()
-            except Exception:
-                log.exception("error while stopping %r", closer)
+        close_all(self.term)
 
-    def _connect_switch(self, election: tuple[int, int]) -> tuple[SwitchBackend, Endpoint]:
-        """`connect_switch`, with the embedded switch's data plane on the port it had before
-        (kept in the store), so the workers of running jobs can still reach it."""
+    def _open_plane(self) -> DataPlane:
+        """The data plane as the settings say: the embedded switch on the data port it had
+        before (kept in the store, so the workers of running jobs can still reach it), and
+        the PS."""
         settings = self.settings
-        if settings.switch.target != "embedded":
-            return connect_switch(settings, self.term, election)
+        closers: list[Callable[[], None]] = []
+        try:
+            p4runtime = None
+            if self.given_backend is not None or settings.switch.target == "memory":
+                switch_data = endpoint(settings.switch.data) or DISCARD
+            elif settings.switch.target == "embedded":
+                switch = self._embedded_switch(closers)
+                p4runtime, switch_data = switch.p4runtime_address, Endpoint(*switch.data_address)
+            else:
+                switch_data = switch_data_of(settings)
+            ps, registry = start_ps(settings, switch_data, closers)
+        except BaseException:
+            close_all(closers)
+            raise
+        return DataPlane(switch_data, ps, registry, p4runtime, closers)
+
+    def _control(self, plane: DataPlane, election: tuple[int, int]) -> SwitchBackend:
+        """The term's switch backend: the given one, a new in-memory switch, or a P4Runtime
+        client with `election` (closed with the term)."""
+        if self.given_backend is not None:
+            return self.given_backend
+        if self.settings.switch.target == "memory":
+            return InMemorySwitch(self.settings.switch.aggregators, self.settings.switch.lanes)
+        client = switch_client(self.settings, election, embedded=plane.p4runtime)
+        self.term.append(client.close)
+        return client
+
+    def _embedded_switch(self, closers: list[Callable[[], None]]) -> SoftSwitch:
+        settings = self.settings
         with self.sessions() as s:
             kept = (get_state(s, key=DATA_PORT_KEY) or {}).get("port")
         if settings.switch.data_port == 0 and isinstance(kept, int):
@@ -238,7 +303,7 @@ class Service:
                 pinned = settings.model_copy(
                     update={"switch": settings.switch.model_copy(update={"data_port": kept})}
                 )
-                backend, switch_data = connect_switch(pinned, self.term, election)
+                switch = start_embedded_switch(pinned, closers)
             except OSError as exc:
                 log.warning(
                     "the switch's data port %d is taken (%s): the workers of running jobs "
@@ -246,10 +311,10 @@ class Service:
                     kept,
                     exc,
                 )
-                backend, switch_data = connect_switch(settings, self.term, election)
+                switch = start_embedded_switch(settings, closers)
         else:
             try:
-                backend, switch_data = connect_switch(settings, self.term, election)
+                switch = start_embedded_switch(settings, closers)
             except OSError as exc:
                 raise OSError(
                     f"the embedded switch cannot bind its data port "
@@ -257,9 +322,9 @@ class Service:
                     "another (0: any free one)"
                 ) from exc
         with self.sessions() as s:
-            put_state(s, key=DATA_PORT_KEY, value={"port": switch_data.port})
+            put_state(s, key=DATA_PORT_KEY, value={"port": switch.data_address[1]})
             s.commit()
-        return backend, switch_data
+        return switch
 
     def stop(self) -> None:
         """Stop everything started, newest first; safe to call twice."""
@@ -271,12 +336,10 @@ class Service:
         self.coordinator_ = None
         self.lease = None
         self._end_term()
-        while self.closers:
-            closer = self.closers.pop()
-            try:
-                closer()
-            except Exception:
-                log.exception("error while stopping %r", closer)
+        if self.plane is not None:
+            self.plane.close()
+            self.plane = None
+        close_all(self.closers)
         self.engine.dispose()
 
 
@@ -292,7 +355,11 @@ def open_service(settings: Settings) -> Service:
     events = EventBus(
         max_per_tenant=settings.tenant.max_streams, tenant_view=TenantSwitchViews(sessions)
     )
-    return Service(settings=settings, engine=engine, sessions=sessions, events=events)
+    health = StoreHealth()
+    health.watch(sessions)
+    return Service(
+        settings=settings, engine=engine, sessions=sessions, events=events, health=health
+    )
 
 
 def _owner(settings: Settings) -> str:
@@ -317,93 +384,5 @@ def _coordinator(
         quota=QuotaDefaults(s.tenant.max_jobs, s.tenant.aggregator_share),
         join_timeout_s=s.join_timeout_s,
         verify_progress=topology.switch_data != DISCARD,
+        health=service.health,
     )
-
-
-def _endpoint(text: str | None) -> Endpoint | None:
-    return Endpoint(*parse_hostport(text)) if text else None
-
-
-def connect_switch(
-    settings: Settings,
-    closers: list[Callable[[], None]],
-    election: tuple[int, int] = election_id(1),
-) -> tuple[SwitchBackend, Endpoint]:
-    """``(backend, switch data-plane endpoint)`` as `settings` say, a P4Runtime switch with
-    `election` as this controller's election id; cleanups go to `closers`."""
-    if settings.switch.target == "memory":
-        backend: SwitchBackend = InMemorySwitch(settings.switch.aggregators, settings.switch.lanes)
-        return backend, _endpoint(settings.switch.data) or DISCARD
-    from p4ctl.client import SwitchClient
-
-    if settings.switch.target == "embedded":
-        from p4ctl.softswitch import SoftSwitch
-
-        switch = SoftSwitch(
-            aggregators=settings.switch.aggregators,
-            lanes=settings.switch.lanes,
-            data=("127.0.0.1", settings.switch.data_port),
-            gso=settings.switch.gso,
-        ).start()
-        closers.append(switch.stop)
-        # Read and written over P4Runtime like any other target: on the upb protobuf runtime a
-        # full read of occupancy and counters of 20,480 aggregators takes 0.13-0.26 s here
-        # (python -m bench.p4rt_read), against 4-7 s on pure-Python protobuf.
-        client = SwitchClient(
-            switch.p4runtime_address,
-            election_id=election,
-            aggregators=settings.switch.aggregators,
-            lanes=settings.switch.lanes,
-        )
-        closers.append(client.close)
-        return client, Endpoint(*switch.data_address)
-    if settings.switch.data is None:
-        raise ValueError(
-            f"the switch at {settings.switch.target} needs its UDP data address: "
-            "set INASCHED_SWITCH_DATA=HOST:PORT (or --switch-data)"
-        )
-    # A switch that already runs our pipeline keeps its sizing (the client reads it); one with
-    # no pipeline yet gets the sizing given in the settings, or the P4Info defaults.
-    given = settings.switch.model_fields_set
-    config = settings.switch.p4_config
-    program = config.read_bytes() if config is not None else b""
-    client = SwitchClient(
-        settings.switch.target,
-        device_id=settings.switch.device_id,
-        election_id=election,
-        aggregators=settings.switch.aggregators if "aggregators" in given else None,
-        lanes=settings.switch.lanes if "lanes" in given else None,
-        device_config=program,
-        register_thrift=settings.switch.thrift,
-    )
-    closers.append(client.close)
-    # A target that refuses register access (PI) without --switch-thrift still schedules: jobs,
-    # priorities and workers are table entries. The client has logged what is lost
-    # (`registers_unavailable`): the dashboard's occupancy stays empty and nothing is reclaimed.
-    return client, Endpoint(*parse_hostport(settings.switch.data))
-
-
-def start_ps(
-    settings: Settings, switch_data: Endpoint, closers: list[Callable[[], None]]
-) -> tuple[Endpoint, PsRegistry | None]:
-    """``(PS endpoint, registry)``: a configured PS, which the scheduler registers jobs with
-    over its control channel (``workers.ps_control``), or a PS started in this process."""
-    configured = _endpoint(settings.ps.address)
-    if configured is not None:
-        if settings.ps.control is None or settings.ps.secret is None:
-            raise ValueError(
-                f"the PS at {settings.ps.address} serves only jobs the service registers: set "
-                "INASCHED_PS_CONTROL=HOST:PORT (its --control-port) and INASCHED_PS_SECRET "
-                "(the secret it was started with)"
-            )
-        from workers.ps_control import RemotePs, load_secret
-
-        control = parse_hostport(settings.ps.control)
-        return configured, RemotePs(control, load_secret(settings.ps.secret.get_secret_value()))
-    if switch_data == DISCARD:
-        return DISCARD, None  # no data plane, so nothing will ever reach a PS
-    from workers.ps import ParameterServer
-
-    ps = ParameterServer("127.0.0.1", 0, gso=settings.switch.gso).start()
-    closers.append(ps.stop)
-    return Endpoint(*ps.address), ps

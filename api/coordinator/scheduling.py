@@ -42,6 +42,7 @@ from api.coordinator.rounds import ACTIVE, HOLDING, ROUND_COLUMNS, TERMINAL, Act
 from api.coordinator.topology import PsRegistry, Topology
 from api.schemas import JobPublic, SwitchPublic
 from api.store.crud import get_state, put_state
+from api.store.health import StoreHealth
 from api.store.models import Job, WorkerRow, utcnow
 from scheduler.applier import DecisionApplier, Placement, switch_rule
 from scheduler.errors import MemoryConflict
@@ -94,6 +95,7 @@ class Coordinator:
         quota: QuotaDefaults = UNLIMITED,
         join_timeout_s: float | None = None,
         verify_progress: bool = True,
+        health: StoreHealth | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.sessions = sessions
@@ -106,6 +108,11 @@ class Coordinator:
         self.scheduler = Scheduler(policy, self.pool, seed=seed)
         self.quota = quota
         self.ps_registry = ps_registry
+        # Store faults: logged once per episode, and heartbeats they kept from the store are
+        # not held against the workers (`reap`).
+        self.health = health or StoreHealth()
+        self._faults_seen = self.health.faults
+        self._restarts_told = self.health.episodes  # the episode whose restart was logged
         self._init_clocks(clock, tick_s, heartbeat_interval_s, heartbeat_timeout_s, join_timeout_s)
         self._init_rounds()
         self._init_switch_view()
@@ -208,10 +215,13 @@ class Coordinator:
             with self.sessions() as s:
                 put_state(s, key=STOPPED_KEY, value={"at": self.clock()})
                 s.commit()
-        except SQLAlchemyError:
+        except SQLAlchemyError as exc:
             # The store is away: the next start finds no clean stop and restarts the
             # heartbeat clocks instead, as after a crash.
-            log.exception("could not record the clean stop")
+            if self.health.fault(exc) is None:
+                log.exception("could not record the clean stop")
+            else:
+                log.warning("could not record the clean stop: the store is away or full")
 
     def _end_jobs_of_a_long_stop(self) -> None:
         """After a clean stop longer than the heartbeat timeout, the workers of the jobs that
@@ -243,9 +253,10 @@ class Coordinator:
             started = time.perf_counter()
             try:
                 self.tick()
-            except Exception:
+            except Exception as exc:
                 # The loop must outlive a bad tick (switch briefly away, database hiccup).
-                log.exception("scheduling tick failed")
+                if self.health.fault(exc) is None:
+                    log.exception("scheduling tick failed")
             self.tick_times.record(time.perf_counter() - started)
 
     def tick(self) -> None:
@@ -297,8 +308,9 @@ class Coordinator:
             try:
                 with self.lock:
                     self.decision_round()
-            except Exception:
-                log.exception("decision round failed; retrying on the next tick")
+            except Exception as exc:
+                if self.health.fault(exc) is None:
+                    log.exception("decision round failed; retrying on the next tick")
                 self.active.reload()
                 self.mark_dirty()
             with self._cv:
@@ -464,11 +476,15 @@ class Coordinator:
     def reap(self) -> bool:
         """Fail every admitted or running job with a worker silent for longer than the
         heartbeat timeout, and every admitted job whose workers have not all joined within the
-        join timeout; True if any."""
+        join timeout; True if any. After store faults (`StoreHealth.faults` moved since the
+        last reap) it fails none: heartbeats may have gone unrecorded, so every clock restarts
+        instead, as after a stall of the service."""
         with self.lock:
             away = self._away_s()
-            if away:
-                self._restart_liveness_clocks(away)
+            faults = self.health.faults
+            if away or faults != self._faults_seen:
+                self._restart_liveness_clocks(away, store=faults != self._faults_seen)
+                self._faults_seen = faults
                 return False
         failed = self._reap_unjoined()
         cutoff = utcnow() - timedelta(seconds=self.heartbeat_timeout_s)
@@ -512,10 +528,11 @@ class Coordinator:
         away = max(stalled, stepped)
         return away if away > max(self.heartbeat_timeout_s / 2, _AWAY_S) else 0.0
 
-    def _restart_liveness_clocks(self, away: float) -> None:
-        """After `away` seconds the service could not watch (`_away_s`), every worker of a
-        job holding memory gets a fresh heartbeat timeout, and admitted jobs a fresh join
-        deadline, as after a restart: the service was away, not the workers."""
+    def _restart_liveness_clocks(self, away: float, *, store: bool = False) -> None:
+        """After `away` seconds the service could not watch (`_away_s`), or a `store` fault
+        that may have lost heartbeats, every worker of a job holding memory gets a fresh
+        heartbeat timeout, and admitted jobs a fresh join deadline, as after a restart: the
+        service or its store was away, not the workers."""
         now = utcnow()
         holding = select(Job.id).where(Job.state.in_(HOLDING))
         with self.lock, self.sessions() as s:
@@ -524,6 +541,15 @@ class Coordinator:
             )
             s.commit()
         self.started_at = now
+        if store:
+            if self._restarts_told == self.health.episodes:
+                return
+            self._restarts_told = self.health.episodes
+            log.warning(
+                "the job store failed since the last check, so heartbeats may be unrecorded: "
+                "heartbeat timeouts and join deadlines restart now"
+            )
+            return
         log.warning(
             "the service could not watch the workers for %.0f s (it or its machine stalled, "
             "or the wall clock stepped): heartbeat timeouts and join deadlines restart now",

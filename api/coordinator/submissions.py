@@ -8,8 +8,10 @@ once, then answers each request on its own loop. Session set-up, the unit of wor
 commit are paid once a batch, and the token query is built once. What one submission does
 wrong (an unknown token, a size over the limit) is answered to it alone. A batch whose commit
 fails is written again one submission per transaction, so a failure stays with the
-submission that caused it. Two submissions of one tenant with the same ``Idempotency-Key`` in
-one batch make one job: the second gets it as a retry would (``join_token`` None).
+submission that caused it; unless the store is full or away (`api.store.health`): then every
+submission of the batch gets that fault. Two submissions of one tenant with the same
+``Idempotency-Key`` in one batch make one job: the second gets it as a retry would
+(``join_token`` None).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from api.coordinator.admission import SubmitBuckets, SubmitLimits, check_submiss
 from api.coordinator.inputs import job_size
 from api.schemas import JobCreate
 from api.store.crud import create_job, insert_jobs, job_by_client_key, new_job
+from api.store.health import StoreHealth
 from api.store.models import Job
 from api.store.tokens import Caller, live_caller, live_callers
 
@@ -87,11 +90,13 @@ class Submissions:
         on_stored: Callable[[Sequence[Job]], None],
         limits: SubmitLimits | None = None,
         max_batch: int = MAX_BATCH,
+        health: StoreHealth | None = None,
     ) -> None:
         self.sessions = sessions
         # Priority ceilings and submission rates (None: none); the buckets are this thread's.
         self.limits = limits
         self.buckets = SubmitBuckets()
+        self.health = health or StoreHealth()
         self.on_stored = on_stored
         self.max_batch = max_batch
         self.batches = 0  # transactions that stored submissions, for tests and logs
@@ -138,14 +143,18 @@ class Submissions:
     def _write(self, batch: list[_Waiting]) -> list[_Outcome]:
         try:
             outcomes, stored = self._write_together(batch)
-        except Exception:
+        except Exception as exc:
+            if self.health.fault(exc) is not None:
+                # The store is full or away: written alone, each would fail the same way.
+                return [exc] * len(batch)
             log.warning("a batch of %d submissions failed; writing them one by one", len(batch))
             outcomes, stored = [], []
             for waiting in batch:
                 try:
                     outcome, new = self._write_alone(waiting.submission)
                 except Exception as exc:
-                    log.exception("storing a submission failed")
+                    if self.health.fault(exc) is None:
+                        log.exception("storing a submission failed")
                     outcome, new = exc, []
                 outcomes.append(outcome)
                 stored += new

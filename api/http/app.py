@@ -5,8 +5,10 @@ the switch, the PS and the scheduling loop start with the app's lifespan and sto
 
 A standby (``INASCHED_STANDBY_ENABLED``, `api.coordinator.runtime`) serves reads; every write
 (POST, PUT, PATCH, DELETE) answers 503 naming the leader, with Retry-After
-(`StandbyRefusesWrites`). ``GET /leader`` answers 200 on the leader and 503 on a standby: the
-health check by which a load balancer in front of both sends every request to the leader.
+(`StandbyRefusesWrites`); while the store does not answer, the 503 says so instead
+(`api.store.health`), as every route's does.
+``GET /leader`` answers 200 on the leader and 503 on a standby: the health check by which a load
+balancer in front of both sends every request to the leader.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.coordinator.leader import Lease, current_lease
 from api.coordinator.runtime import Service, open_service
-from api.errors import install_handlers
+from api.errors import ServiceError, StoreFailed, install_handlers
 from api.http.docs import install_docs
 from api.http.routes import (
     UNAUTHORIZED,
@@ -46,7 +48,14 @@ from api.http.routes import (
 from api.settings import Settings
 from scheduler.workload import model_table
 
-__all__ = ["BodyLimit", "LeaderPublic", "StandbyRefusesWrites", "create_app"]
+__all__ = [
+    "BodyLimit",
+    "LeaderPublic",
+    "NotLeading",
+    "StandbyRefusesWrites",
+    "create_app",
+    "write_refusal",
+]
 
 log = logging.getLogger(__name__)
 # A benchmark run carries every job row of its jobs.csv; everything else is a few hundred bytes.
@@ -80,8 +89,38 @@ def _leader_public(service: Service) -> LeaderPublic:
     return LeaderPublic(role=role, epoch=lease.epoch, leader=lease.holder, since=since)
 
 
+class NotLeading(ServiceError):
+    """503: this service is a standby; the detail names the leader."""
+
+    status = 503
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(RETRY_AFTER_S)}
+
+
+def write_refusal(service: Service) -> ServiceError:
+    """Why this service, which does not lead now, takes no write: the store is away or full
+    (`StoreFailed`), or another service leads (`NotLeading`, naming it)."""
+    try:
+        lease = current_lease(service.sessions)
+    except SQLAlchemyError as exc:
+        fault = service.health.fault(exc)
+        if fault is None:
+            raise
+        return StoreFailed(fault)
+    leader = (
+        f"the leader is {lease.holder} (term {lease.epoch})"
+        if lease is not None
+        else "no service has led this store yet"
+    )
+    return NotLeading(
+        f"this inasched service is a standby and takes no writes: {leader}; send it there, "
+        f"or here again after {RETRY_AFTER_S} s (a standby takes over when the leader stops)"
+    )
+
+
 class StandbyRefusesWrites:
-    """On a standby, answer every write with 503, the leader's name and Retry-After."""
+    """On a standby, answer every write with 503 and Retry-After, saying why (`write_refusal`)."""
 
     def __init__(self, app: ASGIApp, service: Service) -> None:
         self.app = app
@@ -91,23 +130,14 @@ class StandbyRefusesWrites:
         if scope["type"] != "http" or scope["method"] not in WRITES or self.service.leading:
             await self.app(scope, receive, send)
             return
-        view = await to_thread.run_sync(_leader_public, self.service)
-        leader = (
-            f"the leader is {view.leader} (term {view.epoch})"
-            if view.leader
-            else "no service has led this store yet"
-        )
-        detail = (
-            f"this inasched service is a standby and takes no writes: {leader}; send it there, "
-            f"or here again after {RETRY_AFTER_S} s (a standby takes over when the leader stops)"
-        )
-        body = json.dumps({"detail": detail}).encode()
+        refusal = await to_thread.run_sync(write_refusal, self.service)
+        body = json.dumps(refusal.body()).encode()
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", b"%d" % len(body)),
-            (b"retry-after", b"%d" % RETRY_AFTER_S),
+            *((k.lower().encode(), v.encode()) for k, v in refusal.headers().items()),
         ]
-        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
 
@@ -226,7 +256,7 @@ def create_app(settings: Settings, *, backend: SwitchBackend | None = None) -> F
     install_docs(app)
     _spec_follows_settings(app, settings)
     app.state.service = service
-    install_handlers(app)
+    install_handlers(app, service.health)
     for module in (jobs, queue, workers, switch, policy, events, bench, tokens, limits):
         app.include_router(module.router, responses=UNAUTHORIZED)
     app.include_router(metrics.router)  # open, or 401 for a wrong scrape token (documented)

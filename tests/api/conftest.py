@@ -72,6 +72,20 @@ def settings(tmp_path: Path, database_url: str) -> Settings:
     )
 
 
+def end_lock_session(database_url: str) -> None:
+    """End this process's store lock session on PostgreSQL at `database_url`, as a restart of
+    the server does (the pools reconnect; the lock does not come back by itself)."""
+    base = make_url(database_url).set(drivername="postgresql", query={})
+    with psycopg.connect(base.render_as_string(hide_password=False), autocommit=True) as c:
+        ended = c.execute(
+            "SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_stat_activity a "
+            "ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+            "AND a.application_name LIKE %s",
+            (f"inasched pid {os.getpid()} %",),
+        ).fetchall()
+    assert ended == [(True,)]
+
+
 def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
     """Poll `predicate` until true; fail naming `what` after `timeout_s` (never a timing
     assertion: the limit only keeps a broken run from hanging)."""

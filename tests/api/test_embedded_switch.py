@@ -10,7 +10,7 @@ from p4ctl.client import SwitchClient
 from p4ctl.protocol import AggState
 from p4ctl.softswitch import SoftSwitch
 
-from api.coordinator.runtime import connect_switch, start_ps
+from api.coordinator.plane import connect_switch, start_ps
 from api.settings import Settings
 from workers.ps import ParameterServer
 

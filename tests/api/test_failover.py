@@ -23,12 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 from p4ctl.backend import InMemorySwitch
 from p4ctl.client import SwitchClient
 from p4ctl.softswitch import SoftSwitch
-from sqlalchemy.engine import make_url
 
 from api.http.app import RETRY_AFTER_S, create_app
 from api.settings import Settings
@@ -38,6 +36,7 @@ from scheduler.workload import model_table
 from tests.api.conftest import (
     PG_ENV,
     LiveServer,
+    end_lock_session,
     free_port,
     listening,
     postgres_schema_url,
@@ -357,16 +356,7 @@ def test_a_leader_whose_lock_session_ends_steps_down_and_leads_a_new_term(
     with LiveServer(app) as url:
         code, first = _role(url)
         assert (code, first["role"]) == (200, "leader")
-        # What a PostgreSQL restart does to the lock's session (the pool reconnects the rest).
-        base = make_url(settings.resolved_database_url).set(drivername="postgresql", query={})
-        with psycopg.connect(base.render_as_string(hide_password=False), autocommit=True) as c:
-            ended = c.execute(
-                "SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_stat_activity a "
-                "ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
-                "AND a.application_name LIKE %s",
-                (f"inasched pid {os.getpid()} %",),
-            ).fetchall()
-        assert ended == [(True,)]
+        end_lock_session(settings.resolved_database_url)
         # Nobody else wants the store: the service takes the lock again, in a new term.
         wait_for(lambda: _leads(url, first["epoch"] + 1), "a new term")
 
