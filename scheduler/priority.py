@@ -1,20 +1,17 @@
 """Priority functions and their mapping to the switch's priority levels.
 
-A priority function orders jobs: `key` returns a `Rank` (a tuple of numbers, compared in
-order), smaller means served first. `levels`
-turns the order of the active jobs into switch levels ``0 .. levels-1`` where a HIGHER level
-wins (the switch preempts when the new job's ``job_table`` priority > ``agg_priority[held]``).
-Ranks are spread evenly over the levels, so with no more jobs than levels each has its own.
+A priority function orders jobs: `key` returns a `Rank` (numbers compared in order), smaller
+served first. `levels` turns the order of the active jobs into switch levels ``0 .. levels-1``
+where a HIGHER level wins (the switch preempts when the new job's priority is above the held
+aggregator's). Ranks are spread evenly over the levels.
 
 Aging: every `aging_s` seconds a job spends bypassed or evicted since its last progress mark
-(``JobView.starved_s``) lifts it one level, up to the top, so no job starves under ``esa``; a
-job that progresses drops back to the level its rank gives it.
+(``JobView.starved_s``) lifts it one level, up to the top, so no job starves under ``esa``.
 
-Registered functions (`PRIORITIES`): ``srtf`` (default; least remaining work = remaining
-iterations x gradient bytes, attained service for jobs of unknown length; a job that over-ran
-its declared length ranks behind every job whose declaration holds, by attained service),
-``las`` (least attained service), ``fifo`` (earliest arrival), ``static`` (user class, higher
-class first).
+Registered functions (`PRIORITIES`): ``srtf`` (default; least remaining work, attained service
+for jobs of unknown length; a job that over-ran its declared length ranks behind every job
+whose declaration holds, by attained service), ``las`` (least attained service), ``fifo``
+(earliest arrival), ``static`` (user class, higher class first).
 """
 
 from __future__ import annotations

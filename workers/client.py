@@ -5,15 +5,13 @@
 
 A tensor is cut into fragments of k lanes; sequence numbers run on across allreduces, and every
 worker allreduces the same tensors in the same order, so a seq names one fragment everywhere.
-Fragments are block-floating-point quantized (`workers.quant`, which states the error bound);
-at most W are in flight, seq going out only once every result up to ``seq - W`` is in. The
-aggregator index comes from the job's placement (``p4ctl.rule``). A fragment without a result
-after the retransmission timeout (Karn's rule, exponential back-off) is resent with RESEND,
-one overtaken by several later results at once (fast retransmit). With no result at all for
-`timeout_s`, pending allreduces fail with `AllreduceTimeout`; once the job has ended (`end`,
-from a heartbeat's answer) they and every later one fail with `JobEnded`: nothing hangs. One
-I/O thread per client owns the socket and every `Transfer` (`workers.burst_io`, through the
-compiled engine; `gso` off sends each datagram alone); callers only submit and wait.
+Fragments are block-floating-point quantized (`workers.quant` states the error bound); at most
+W are in flight. A fragment without a result after the retransmission timeout (Karn's rule,
+exponential back-off) is resent with RESEND, one overtaken by several later results at once.
+With no result at all for `timeout_s`, pending allreduces fail with `AllreduceTimeout`; once
+the job has ended (`end`, from a heartbeat's answer) they and every later one fail with
+`JobEnded`: nothing hangs. One I/O thread owns the socket and every `Transfer`
+(`workers.burst_io`, the compiled engine; `gso` off sends each datagram alone).
 """
 
 from __future__ import annotations

@@ -1,20 +1,17 @@
 """The ``torch.distributed`` backend "inasched": allreduce through the switch, the rest by gloo.
 
-A training script adds ``import workers.torch_backend`` and calls
-``dist.init_process_group("inasched")``, and runs under ``torchrun`` with ``INASCHED_SERVICE``,
+A training script adds ``import workers.torch_backend``, calls
+``dist.init_process_group("inasched")`` and runs under ``torchrun`` with ``INASCHED_SERVICE``,
 ``INASCHED_JOB`` and ``INASCHED_JOIN_TOKEN`` set (``INASCHED_DATA_HOST``: the UDP socket's
 address, default 127.0.0.1; ``INASCHED_GSO=off``: one datagram per message). Every rank joins
 the job (``n_workers`` must be the world size) and heartbeats in a thread.
 
 `InaschedProcessGroup.allreduce` of one CPU float32, float16 or bfloat16 tensor with SUM or AVG
-goes through the switch (``workers.client``) and returns at once with a `Work` that the I/O
-thread completes, so several are in flight (DDP's buckets). Every other collective, and an
-allreduce the switch cannot do, goes to a gloo group on the same store, counted in
-`InaschedProcessGroup.fallbacks`. All ranks must issue collectives in the same order: it names
-the fragments. `report_progress` tells the service the iterations done; allreduces with no
-result for the group's `timeout` fail with ``AllreduceTimeout``, and once the job has ended
-(its final report, a cancel; a heartbeat's answer tells within a second) at once with
-``JobEnded`` naming the job's state. ``docs/training.md`` has more.
+goes through the switch and returns at once with a `Work`, so several are in flight (DDP's
+buckets). Every other collective, and an allreduce the switch cannot do, goes to a gloo group
+(counted in `InaschedProcessGroup.fallbacks`). All ranks issue collectives in the same order.
+Allreduces with no result for the group's `timeout` fail with ``AllreduceTimeout``; once the
+job has ended, at once with ``JobEnded`` naming its state. ``docs/training.md`` has more.
 """
 
 from __future__ import annotations

@@ -1,19 +1,16 @@
 """`ProgressCheck`: the progress a job's workers report, held to what the switch counted.
 
-Priorities (srtf, las) rank jobs by their progress, which workers report with nothing but
-their join token. A report is believed only as far as the switch's own per-job counters go:
-every worker's packet of every fragment of an iteration passes the switch, where it is
-aggregated or bypassed to the PS (``p4ctl.rule.COUNTERS``), so a job whose workers finished
-`n` iterations has at least ``n x workers x fragments per iteration`` such packets counted.
+Priorities (srtf, las) rank jobs by the progress workers report with nothing but their join
+token. A report is believed only as far as the switch's per-job counters go: every worker's
+packet of every fragment passes the switch, aggregated or bypassed (``p4ctl.rule.COUNTERS``),
+so `n` iterations done means at least ``n x workers x fragments per iteration`` packets.
 Progress beyond that is capped before the policy sees it, logged, and counted on ``/metrics``
-(``inasched_unsupported_progress_total``).
+(``inasched_unsupported_progress_total``). A claim is judged only against a counter read taken
+after it, so honest jobs are never flagged.
 
-Counters are read once per tick, so an honest report can run ahead of the last read: a claim
-is judged only against a read taken after it, so honest jobs are never flagged. The counters
-bound a job's declared length too: one whose packets pass what its declared iterations take
-(by more than `OVERRUN_SLACK`) over-ran its declaration (`Overrun`, counted in
-``inasched_jobs_overran_declaration_total``); its view then carries the counted work, by which
-srtf ranks it (`scheduler.priority`).
+The counters bound a job's declared length too: one whose packets pass what its declared
+iterations take (by more than `OVERRUN_SLACK`) over-ran its declaration (`Overrun`, counted in
+``inasched_jobs_overran_declaration_total``); srtf then ranks it by the counted work.
 """
 
 from __future__ import annotations
