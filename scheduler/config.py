@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -76,9 +77,12 @@ class SimConfig:
             not isinstance(self.ps_processes, int) or self.ps_processes < 1
         ):
             raise ValueError(f"ps_processes must be >= 1 or {PER_JOB!r}, got {self.ps_processes!r}")
+        if not self.window >= 1:
+            raise ValueError(f"window must be >= 1, got {self.window!r}")
         for name in ("job_setup_s", "iteration_overhead_s", "switch_pps", "ps_switch_cost"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+            # `not 0 <= x` also refuses NaN; an infinite time or rate is no setting either.
+            if not 0 <= getattr(self, name) < math.inf:
+                raise ValueError(f"{name} must be a number >= 0, got {getattr(self, name)!r}")
 
     def ps_of(self, job_id: int) -> int:
         """The PS process (a server id) that serves `job_id`."""

@@ -42,6 +42,7 @@ from bench.jct.output import (
 from bench.jct.params import BenchParams, parse_sweeps
 from bench.jct.report import render_report
 from bench.jct.results import PolicyRun, PolicySummary, finite, ratios, summarise
+from scheduler.config import SimConfig
 from scheduler.errors import WorkloadError
 from scheduler.registry import ablation_names, policy_names
 from scheduler.workload import PHILLY_PREFIX, JobSpec, load_workload, write_workload
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     policies = _checked_policies(parser, args)
     command = "inasched bench jct " + shlex.join(args_list)
     try:
-        params = BenchParams(seed=args.seed).with_settings(args.set)
+        params = BenchParams(sim=SimConfig(seed=args.seed)).with_settings(args.set)
         sweeps = parse_sweeps(args.sweep)
     except ValueError as exc:
         parser.error(str(exc))
@@ -364,7 +365,7 @@ def run_bench(
     summaries = {r.policy: summarise(r) for r in runs}
     ratio = ratios(summaries)
     by_arrival = None
-    if ablation.needs_baseline(tuple(policies), params.spec.priority):
+    if ablation.needs_baseline(tuple(policies), params.sim.spec.priority):
         baseline = params.with_value("priority", ablation.BASELINE_PRIORITY)
         started = time.process_time()
         by_arrival = summarise(runner(jobs, ablation.ESA, baseline))
@@ -391,7 +392,7 @@ def run_bench(
         notes=notes,
     )
     if decomposition is not None:
-        section = ablation.render(decomposition, params.spec.priority)
+        section = ablation.render(decomposition, params.sim.spec.priority)
         report = "\n".join([report.rstrip("\n"), *section]) + "\n"
     (out / "report.md").write_text(report, encoding="utf-8")
     return RunOutcome(tuple(runs), summaries, ratio, document, cpu_s)
@@ -449,11 +450,11 @@ def _context(
 ) -> tuple[dict[str, Any], dict[str, str], float | None, list[str]]:
     """Parameters for summary.json and the report, their extra sources, the ideal average JCT
     (sim only) and notes."""
-    from bench.jct.sim import ideal_jct, simulator_defaults
+    from bench.jct.sim import ideal_jct
 
     parameters: dict[str, Any] = {"workload": workload, "backend": backend, "jobs": len(jobs)}
     parameters.update(params.as_dict())
-    parameters["model_mapping"] = model_mapping(workload, params.seed)
+    parameters["model_mapping"] = model_mapping(workload, params.sim.seed)
     extra = {
         "workload": "--workload",
         "backend": "--sim / --emu",
@@ -462,7 +463,7 @@ def _context(
     }
     notes: list[str] = []
     if backend == "sim":
-        for name, value in simulator_defaults().items():
+        for name, value in params.unstated_sim_fields().items():
             parameters[f"sim.{name}"] = value
             extra[f"sim.{name}"] = "scheduler.config.SimConfig default (simulator owner's choice)"
         notes += [
@@ -491,7 +492,7 @@ def _context(
 
 
 def _short(params: BenchParams) -> str:
-    return f"mem={params.aggregators} load={params.load} prio={params.spec.priority}"
+    return f"mem={params.aggregators} load={params.load} prio={params.sim.spec.priority}"
 
 
 def _print_summary(outcome: RunOutcome) -> None:

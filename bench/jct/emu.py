@@ -207,7 +207,7 @@ def emu_context(
         "The emulation runs on loopback: its link is a Python soft switch, not 100 Gbps, so "
         "its JCTs are compared with --sim on the same workload.csv and loopback rates, not "
         "with the full-scale simulation.",
-        f"aggregators and window of the BenchParams ({params.aggregators}, {params.window}) "
+        f"aggregators and window of the BenchParams ({params.aggregators}, {params.sim.window}) "
         f"are replaced by emu.aggregators and emu.window ({cfg.aggregators}, {cfg.window}) "
         "for the scaled-down jobs.",
         "JCTs are the service's (job store, jct_s = finished_at - submitted_at): they include "
@@ -256,10 +256,10 @@ class _Service:
         settings = Settings.model_validate(
             dict(
                 data_dir=data_dir,
-                policy=replace(params.spec, policy=policy),
+                policy=replace(params.sim.spec, policy=policy),
                 switch={"aggregators": config.aggregators, "lanes": params.lanes},
                 window=config.window,
-                seed=params.seed,
+                seed=params.sim.seed,
                 http={"port": self.port},
                 # The harness's one tenant stands for a whole cluster's: no tenant limits.
                 tenant={

@@ -5,17 +5,24 @@ Every workload (the Philly week, synthetic-N, a file) runs with the same `BenchP
 from published hardware and system figures, and are never tuned per workload. `SOURCES` says
 where each default comes from; the Markdown report prints it next to the value that was
 actually used.
+
+A parameter the simulator has as it is (the seed, the window, the loopback costs, the
+`PolicySpec`'s priority, levels and aging) lives only in the nested `SimConfig`, with that
+field's default; `BenchParams` holds what the command line states in units of its own
+(aggregators and lanes make the `Pool`, Gbps the rates, ``ps_processes`` as typed) or the
+simulator does not have (``load``), and writes the first into `sim`. `SOURCES` names every
+parameter, in the order `as_dict`, the report and ``summary.json`` give them.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from scheduler.config import PER_JOB
-from scheduler.memory import DEFAULT_WINDOW
+from scheduler.config import PER_JOB, PsProcesses, SimConfig
+from scheduler.memory import DEFAULT_LANES, Pool
 from scheduler.spec import PolicySpec
 
 __all__ = ["MAX_SWEEPS", "SOURCES", "SWEEPABLE", "BenchParams", "parse_sweep", "parse_sweeps"]
@@ -25,74 +32,74 @@ __all__ = ["MAX_SWEEPS", "SOURCES", "SWEEPABLE", "BenchParams", "parse_sweep", "
 # runs ATP's figure.
 TOFINO1_AGGREGATORS = 16_384
 
+_GBPS = 1e9
+
 
 @dataclass(frozen=True, slots=True)
 class BenchParams:
     """Everything that decides a JCT run besides the workload's jobs and the policy.
 
-    `spec` holds the priority function, levels and aging (its ``policy`` is the one each run
-    replaces); `as_dict` and `with_value` name them as fields of their own."""
+    `sim` is the simulator's configuration the run uses: its `spec` holds the priority
+    function, levels and aging (its ``policy`` is the one each run replaces), and its `pool`,
+    `link_bps`, `ps_bps` and `ps_processes` are always those of `aggregators` and `lanes`,
+    `link_gbps`, `ps_gbps` and `ps_processes` (whatever `sim` was given with). `as_dict`,
+    `from_dict` and `with_value` name `sim`'s parameters as fields of their own."""
 
-    seed: int = 0
     aggregators: int = TOFINO1_AGGREGATORS
-    lanes: int = 64
-    link_gbps: float = 100.0
+    lanes: int = DEFAULT_LANES
+    link_gbps: float = SimConfig().link_bps / _GBPS
     ps_gbps: float = 25.0
-    ps_processes: str = "per-job"
-    window: int = DEFAULT_WINDOW
-    spec: PolicySpec = field(default_factory=PolicySpec)
+    ps_processes: str = PER_JOB
     load: float = 1.0
-    job_setup_s: float = 0.0
-    iteration_overhead_s: float = 0.0
-    switch_pps: float = 0.0
-    ps_switch_cost: float = 0.0
+    sim: SimConfig = field(default_factory=SimConfig)
 
     def __post_init__(self) -> None:
-        """Refuse a value no run can have, naming the field, the value and what it takes."""
-        at_least_one = ("aggregators", "lanes", "window")
-        positive = ("link_gbps", "ps_gbps", "load")
-        non_negative = (
-            "job_setup_s", "iteration_overhead_s", "switch_pps", "ps_switch_cost",
-        )  # fmt: skip
-        for name in at_least_one:
+        """Refuse a value no run can have, naming the field, the value and what it takes
+        (`SimConfig` refuses its own), and make `sim` the run's configuration."""
+        for name in ("aggregators", "lanes"):
             if not getattr(self, name) >= 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
-        for name in positive:
+        for name in ("link_gbps", "ps_gbps", "load"):
             # `not x > 0` also refuses NaN; inf is no rate either.
             if not 0 < getattr(self, name) < math.inf:
                 raise ValueError(f"{name} must be a number > 0, got {getattr(self, name)!r}")
-        for name in non_negative:
-            if not 0 <= getattr(self, name) < math.inf:
-                raise ValueError(f"{name} must be a number >= 0, got {getattr(self, name)!r}")
-        if self.ps_processes != PER_JOB and not (
-            self.ps_processes.isdigit() and int(self.ps_processes) >= 1
-        ):
-            raise ValueError(
-                f"ps_processes must be {PER_JOB!r} or a count >= 1, got {self.ps_processes!r}"
-            )
+        # A frozen value's own derived field, set once here as dataclasses document it.
+        object.__setattr__(self, "sim", replace(self.sim, **self._stated_in_units()))
+
+    def _stated_in_units(self) -> dict[str, Any]:
+        """The `SimConfig` fields these parameters state in the command line's own units."""
+        return {
+            "pool": Pool(self.aggregators, self.lanes),
+            "link_bps": self.link_gbps * _GBPS,
+            "ps_bps": self.ps_gbps * _GBPS,
+            "ps_processes": _ps_processes(self.ps_processes),
+        }
 
     def as_dict(self) -> dict[str, Any]:
-        """Every field by name, the spec's priority, levels and aging_s among them."""
-        flat = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "spec"}
-        spec = {k: v for k, v in asdict(self.spec).items() if k in _SPEC_FIELDS}
-        return {**flat, **spec}
+        """Every parameter by name (`SOURCES`' names and order), `sim`'s among them."""
+        return {name: getattr(_holder(self, name), name) for name in SOURCES}
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> BenchParams:
         """The `BenchParams` of an `as_dict` (names it does not know are ignored)."""
-        own = {f.name for f in fields(cls)} - {"spec"}
-        spec = {k: v for k, v in values.items() if k in _SPEC_FIELDS}
-        return cls(**{k: v for k, v in values.items() if k in own}, spec=PolicySpec(**spec))
+        known = {name: values[name] for name in SOURCES if name in values}
+        spec = PolicySpec(**{k: v for k, v in known.items() if k in _SPEC_FIELDS})
+        sim = SimConfig(spec=spec, **{k: v for k, v in known.items() if k in _SIM_FIELDS})
+        return cls(**{k: v for k, v in known.items() if k in _OWN_FIELDS}, sim=sim)
+
+    def unstated_sim_fields(self) -> dict[str, Any]:
+        """``{field: value}`` of `sim`'s fields no parameter states (the simulator's own
+        defaults unless a caller set them)."""
+        stated = {"spec", *_SIM_FIELDS, *self._stated_in_units()}
+        return {f.name: getattr(self.sim, f.name) for f in fields(self.sim) if f.name not in stated}
 
     def with_value(self, name: str, raw: str) -> BenchParams:
-        """A copy with field `name` (or its sweep alias) parsed from `raw`."""
+        """A copy with parameter `name` (or its sweep alias) parsed from `raw`."""
         field_name = SWEEPABLE.get(name, name)
-        kinds = {f.name: f.type for f in (*fields(self), *fields(self.spec)) if f.name != "spec"}
-        kinds.pop("policy")
-        if field_name not in kinds:
-            known = ", ".join(sorted(set(SWEEPABLE) | set(kinds)))
+        if field_name not in _KINDS:
+            known = ", ".join(sorted(set(SWEEPABLE) | set(_KINDS)))
             raise ValueError(f"cannot sweep {name!r}; sweepable: {known}")
-        kind = kinds[field_name]
+        kind = _KINDS[field_name]
         value: Any
         if kind in ("int", int):
             value = _number(field_name, raw, int)
@@ -106,7 +113,10 @@ class BenchParams:
             value = raw
         try:
             if field_name in _SPEC_FIELDS:
-                return replace(self, spec=replace(self.spec, **{field_name: value}))
+                spec = replace(self.sim.spec, **{field_name: value})
+                return replace(self, sim=replace(self.sim, spec=spec))
+            if field_name in _SIM_FIELDS:
+                return replace(self, sim=replace(self.sim, **{field_name: value}))
             return replace(self, **{field_name: value})
         except ValueError as exc:
             raise ValueError(f"{name}={raw}: {exc}") from None
@@ -122,8 +132,13 @@ class BenchParams:
         return params
 
 
-# The `PolicySpec` fields a run takes from its parameters (the policy is each run's own).
-_SPEC_FIELDS = ("priority", "levels", "aging_s")
+def _ps_processes(value: str) -> PsProcesses:
+    """``"per-job"`` or a process count, as `SimConfig` takes it; raises ValueError."""
+    if value == PER_JOB:
+        return PER_JOB
+    if not (value.isdigit() and int(value) >= 1):
+        raise ValueError(f"ps_processes must be {PER_JOB!r} or a count >= 1, got {value!r}")
+    return int(value)
 
 
 def _number(name: str, raw: str, kind: type[int] | type[float]) -> int | float:
@@ -149,6 +164,7 @@ SWEEPABLE: dict[str, str] = {
     "window": "window",
 }
 
+# Every parameter and where its default comes from, in the order as_dict gives them.
 SOURCES: dict[str, str] = {
     "seed": "bench choice; seeds the model mapping (scheduler.workload) and the hash placement",
     "aggregators": (
@@ -175,9 +191,6 @@ SOURCES: dict[str, str] = {
         "stream runs at line rate; a PS round trip (atp: every fragment) doubles the RTT to "
         "5.1 us = 187 fragments, so atp is also window-bound, as ATP's design is"
     ),
-    "priority": "shortest remaining work first, the scheduler's default (scheduler.priority)",
-    "levels": "a job_table entry's priority: 16 levels (scheduler.priority.DEFAULT_LEVELS)",
-    "aging_s": "scheduler.priority.DEFAULT_AGING_S: one level per 60 s spent bypassed/evicted",
     "load": "arrival-rate multiplier; 1.0 = the workload's own arrival times, unchanged",
     "job_setup_s": (
         "0 on a testbed model (a job's set-up is not part of what the policies decide); "
@@ -197,7 +210,36 @@ SOURCES: dict[str, str] = {
         "the soft switch, and bench.jct.validate measures what a PS packet costs it with an "
         "esa probe (switch packet-times per packet the PS receives)"
     ),
+    "priority": "shortest remaining work first, the scheduler's default (scheduler.priority)",
+    "levels": "a job_table entry's priority: 16 levels (scheduler.priority.DEFAULT_LEVELS)",
+    "aging_s": "scheduler.priority.DEFAULT_AGING_S: one level per 60 s spent bypassed/evicted",
 }
+
+
+def _names(cls: Any) -> set[str]:
+    return {f.name for f in fields(cls)}
+
+
+# Where each parameter lives: a field of `BenchParams` itself, of its `sim` or of `sim.spec`
+# (the first that has it: ``ps_processes`` is the command line's, in its own form).
+_HOME: dict[str, type] = {
+    name: next(c for c in (BenchParams, SimConfig, PolicySpec) if name in _names(c))
+    for name in SOURCES
+}
+_SPEC_FIELDS = frozenset(name for name, home in _HOME.items() if home is PolicySpec)
+_SIM_FIELDS = frozenset(name for name, home in _HOME.items() if home is SimConfig)
+_OWN_FIELDS = frozenset(name for name, home in _HOME.items() if home is BenchParams)
+# Each parameter's type as its dataclass declares it (`with_value` parses by it).
+_KINDS: dict[str, Any] = {
+    name: next(f.type for f in fields(home) if f.name == name) for name, home in _HOME.items()
+}
+
+
+def _holder(params: BenchParams, name: str) -> Any:
+    """The value that holds parameter `name` as a field: `params`, its `sim` or `sim.spec`."""
+    if name in _SPEC_FIELDS:
+        return params.sim.spec
+    return params.sim if name in _SIM_FIELDS else params
 
 
 def parse_sweep(spec: str) -> tuple[str, list[str]]:

@@ -1,79 +1,32 @@
 """The ``--sim`` back-end: the scheduler's discrete-event simulator, one run per policy.
 
-Each policy runs on the same jobs with the same `SimConfig` apart from ``policy``; the
-simulator's own defaults (link and switch latency, worker skew, loss, progress step) are
-kept and reported with ``scheduler.config`` as their source.
+Each policy runs on the same jobs with the same `SimConfig` (`BenchParams.sim`) apart from
+``policy``; the simulator's own defaults (link and switch latency, worker skew, loss, progress
+step) are kept and reported with ``scheduler.config`` as their source.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import fields, replace
-from typing import Any, Literal
+from dataclasses import replace
 
 from bench.jct.params import BenchParams
 from bench.jct.results import JobOutcome, PolicyRun, PsLoad
 from scheduler.config import RunResult, SimConfig
 from scheduler.fluid import FlowJob, comm_rates
-from scheduler.memory import Pool
 from scheduler.registry import make_policy
 from scheduler.simulator import simulate
 from scheduler.workload import JobSpec
 
-__all__ = ["ideal_jct", "run_policy", "sim_config", "simulator_defaults", "to_policy_run"]
+__all__ = ["ideal_jct", "run_policy", "sim_config", "to_policy_run"]
 
 # Points kept for the utilisation plot; the time average is computed from every sample.
 _PLOT_POINTS = 4000
 
 
-def _ps_processes(value: str) -> int | Literal["per-job"]:
-    """``"per-job"`` or a process count, as `SimConfig` takes it."""
-    if value == "per-job":
-        return "per-job"
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"ps_processes must be a positive integer or 'per-job', got {value!r}")
-    return int(value)
-
-
 def sim_config(policy: str, params: BenchParams) -> SimConfig:
     """The simulator's configuration for `policy` under `params`."""
-    return SimConfig(
-        spec=replace(params.spec, policy=policy),
-        pool=Pool(params.aggregators, params.lanes),
-        window=params.window,
-        link_bps=params.link_gbps * 1e9,
-        ps_bps=params.ps_gbps * 1e9,
-        ps_processes=_ps_processes(params.ps_processes),
-        seed=params.seed,
-        job_setup_s=params.job_setup_s,
-        iteration_overhead_s=params.iteration_overhead_s,
-        switch_pps=params.switch_pps,
-        ps_switch_cost=params.ps_switch_cost,
-    )
-
-
-# SimConfig fields that BenchParams sets; the rest keep the simulator's defaults.
-_SET_BY_BENCH = frozenset(
-    {
-        "spec",
-        "pool",
-        "window",
-        "link_bps",
-        "ps_bps",
-        "ps_processes",
-        "seed",
-        "job_setup_s",
-        "iteration_overhead_s",
-        "switch_pps",
-        "ps_switch_cost",
-    }
-)
-
-
-def simulator_defaults() -> dict[str, Any]:
-    """``{field: value}`` of the `SimConfig` fields the bench leaves at their defaults."""
-    cfg = SimConfig()
-    return {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in _SET_BY_BENCH}
+    return replace(params.sim, spec=replace(params.sim.spec, policy=policy))
 
 
 def run_policy(jobs: Sequence[JobSpec], policy: str, params: BenchParams) -> PolicyRun:

@@ -102,7 +102,7 @@ def scaled_slice(
     if not chosen:
         return (), params, 1.0
     payload = 4 * params.lanes
-    cap = MAX_WINDOWS * params.window
+    cap = MAX_WINDOWS * params.sim.window
     scaled, factors = [], []
     for j in chosen:
         frags = math.ceil(j.grad_bytes / payload)
@@ -126,16 +126,17 @@ def scaled_slice(
         )
         for i, (j, keep, cut, iterations) in enumerate(scaled)
     )
-    partition = COPIES_PER_SLOT * partition_slots(params.window)
+    partition = COPIES_PER_SLOT * partition_slots(params.sim.window)
     share = len(out) / max(running, float(len(out)))
     pool = min(params.aggregators, max(partition, round(params.aggregators * share)))
+    spec = params.sim.spec
     return (
         out,
         replace(
             params,
             aggregators=pool,
-            spec=replace(params.spec, aging_s=params.spec.aging_s * tau),
             load=1.0,
+            sim=replace(params.sim, spec=replace(spec, aging_s=spec.aging_s * tau)),
         ),
         tau,
     )

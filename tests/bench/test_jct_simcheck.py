@@ -36,7 +36,7 @@ def test_the_slice_is_small_keeps_each_jobs_duty_and_scales_the_pool() -> None:
     by_model = {j.model: j for j in jobs}
     for j in part:
         frags = math.ceil(j.grad_bytes / (4 * params.lanes))
-        assert frags <= MAX_WINDOWS * params.window and j.iterations <= MAX_ITERATIONS
+        assert frags <= MAX_WINDOWS * params.sim.window and j.iterations <= MAX_ITERATIONS
         # Gradient and compute are cut by the same factor: the job communicates the same
         # share of its time as the whole one did.
         whole = by_model[j.model]
@@ -46,10 +46,10 @@ def test_the_slice_is_small_keeps_each_jobs_duty_and_scales_the_pool() -> None:
     # The pool shrinks with the slice's share of the jobs running at once, never below one
     # static partition; everything but the pool, aging and load is the run's.
     assert sliced.aggregators == round(params.aggregators * SLICE_JOBS / 20.0)
-    assert sliced.aggregators >= COPIES_PER_SLOT * partition_slots(params.window)
-    assert sliced.spec.aging_s == pytest.approx(params.spec.aging_s * tau)
-    assert (sliced.window, sliced.ps_gbps, sliced.ps_processes) == (
-        params.window,
+    assert sliced.aggregators >= COPIES_PER_SLOT * partition_slots(params.sim.window)
+    assert sliced.sim.spec.aging_s == pytest.approx(params.sim.spec.aging_s * tau)
+    assert (sliced.sim.window, sliced.ps_gbps, sliced.ps_processes) == (
+        params.sim.window,
         params.ps_gbps,
         params.ps_processes,
     )

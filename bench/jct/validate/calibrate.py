@@ -77,7 +77,7 @@ def calibrate(
     return params, {
         "emu_avg_jct": dict(emu_avg_jct),
         "sim_avg_jct": fitted,
-        "parameters": {field: getattr(params, field) for field in CALIBRATED},
+        "parameters": {field: params.as_dict()[field] for field in CALIBRATED},
     }
 
 

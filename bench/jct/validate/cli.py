@@ -42,7 +42,7 @@ def _probe_compute(value: str, workload_csv: Path) -> float:
 
 
 def _sets(params: BenchParams) -> list[str]:
-    out = []
+    values, out = params.as_dict(), []
     for name in (
         "aggregators",
         "window",
@@ -55,7 +55,7 @@ def _sets(params: BenchParams) -> list[str]:
         "switch_pps",
         "ps_switch_cost",
     ):
-        out += ["--set", f"{name}={getattr(params, name)}"]
+        out += ["--set", f"{name}={values[name]}"]
     return out
 
 

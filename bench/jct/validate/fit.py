@@ -23,6 +23,7 @@ from typing import Any
 from bench.jct.emu import EMU_AGGREGATORS, EMU_WINDOW
 from bench.jct.params import BenchParams
 from bench.jct.validate.probe import FRAGMENT_BYTES, K1, K2, probe_jobs
+from scheduler.config import SimConfig
 from scheduler.registry import policy_names
 
 __all__ = [
@@ -207,11 +208,9 @@ def matched_params(rates: dict[str, Any]) -> tuple[BenchParams, float | None, di
     window = int(rates.get("window", EMU_WINDOW))
     base = BenchParams(
         aggregators=pool,
-        window=window,
         lanes=64,
         ps_processes="1",
-        job_setup_s=max(0.0, _setup_s(rates)),
-        ps_switch_cost=1.0,
+        sim=SimConfig(window=window, job_setup_s=max(0.0, _setup_s(rates)), ps_switch_cost=1.0),
     )
     if probes.static_alone is not None:  # the switch's packet rate is measured by jobs sharing it
         base = base.with_value("link_gbps", "1000")
@@ -224,9 +223,9 @@ def matched_params(rates: dict[str, Any]) -> tuple[BenchParams, float | None, di
         now = (
             base.link_gbps,
             base.ps_gbps,
-            base.switch_pps,
-            base.iteration_overhead_s,
-            base.ps_switch_cost,
+            base.sim.switch_pps,
+            base.sim.iteration_overhead_s,
+            base.sim.ps_switch_cost,
         )
         if previous and all(
             math.isclose(x, y, rel_tol=1e-3, abs_tol=1e-9)
@@ -241,10 +240,10 @@ def matched_params(rates: dict[str, Any]) -> tuple[BenchParams, float | None, di
         "aggregators": pool,
         "window": window,
         "lanes": 64,
-        "job_setup_s": base.job_setup_s,
-        "iteration_overhead_s": base.iteration_overhead_s,
-        "switch_pps": base.switch_pps,
-        "ps_switch_cost": base.ps_switch_cost,
+        "job_setup_s": base.sim.job_setup_s,
+        "iteration_overhead_s": base.sim.iteration_overhead_s,
+        "switch_pps": base.sim.switch_pps,
+        "ps_switch_cost": base.sim.ps_switch_cost,
         "worker_skew_s": skew,
         "static_per_iteration_s": probes.static,
         "atp_per_iteration_s": probes.atp,
