@@ -188,7 +188,8 @@ def emu_workload(name: str, seed: int, config: EmuConfig | None = None) -> tuple
             j,
             arrival_s=i * cfg.arrival_gap_s,
             workers=min(j.workers, cfg.max_workers),
-            grad_bytes=max(1024, j.grad_bytes // cfg.grad_divisor),
+            # Whole fp32 elements: the service takes a gradient of whole floats only.
+            grad_bytes=max(1024, j.grad_bytes // cfg.grad_divisor // 4 * 4),
             iter_time_s=j.iter_time_s / cfg.compute_divisor,
             iterations=min(j.iterations, cfg.max_iterations),
         )

@@ -61,7 +61,7 @@ def test_memory_workload_is_scaled_by_its_own_divisors(tmp_path: Path) -> None:
     default = emu_workload(str(csv), 0, emu_config("default"))
     memory = emu_workload(str(csv), 0, MEMORY)
     assert [j.arrival_s for j in memory] == [0.0, MEMORY.arrival_gap_s, 2 * MEMORY.arrival_gap_s]
-    assert [j.grad_bytes for j in memory] == [102_200_000 // MEMORY.grad_divisor] * 3
+    assert [j.grad_bytes for j in memory] == [102_200_000 // MEMORY.grad_divisor // 4 * 4] * 3
     assert all(m.grad_bytes < d.grad_bytes for m, d in zip(memory, default, strict=True))
     assert emu_workload(str(csv), 0) == default
 
