@@ -66,9 +66,8 @@ def test_a_full_store_answers_503_store_full_logs_once_and_keeps_its_integrity(
     database = tiny_disk / "inasched.db"
     settings = Settings(
         data_dir=tiny_disk,
-        database_url=f"sqlite:///{database}",
-        switch="memory",
-        aggregators=256,
+        database={"url": f"sqlite:///{database}"},
+        switch={"target": "memory", "aggregators": 256},
         tick_s=0.05,
         heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S,
     )

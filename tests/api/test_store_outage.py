@@ -63,9 +63,8 @@ class PostgresServer:
         """A service's settings on this server, with the embedded switch."""
         return Settings(
             data_dir=data_dir,
-            database_url=self.url,
-            switch="embedded",
-            aggregators=256,
+            database={"url": self.url},
+            switch={"target": "embedded", "aggregators": 256},
             **extra,
         )
 
@@ -133,7 +132,7 @@ def test_a_postgres_restart_under_a_training_job_costs_it_nothing(
     postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
     settings = postgres_server.settings(
-        tmp_path, policy="esa", heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S
+        tmp_path, policy={"policy": "esa"}, heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S
     )
     app = create_app(settings)
     service = app.state.service
@@ -189,7 +188,7 @@ def test_a_postgres_restart_under_a_training_job_costs_it_nothing(
 def test_a_leader_that_finds_another_leading_after_losing_the_lock_stops_its_data_plane(
     postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
-    settings = postgres_server.settings(tmp_path, standby_poll_s=2.0)
+    settings = postgres_server.settings(tmp_path, standby={"poll_s": 2.0})
     app = create_app(settings)
     service = app.state.service
     with LiveServer(app) as url, httpx.Client(base_url=url, timeout=30) as client:
