@@ -41,6 +41,8 @@ from workers.rendezvous import WorkerJoin, join, load_config
 __all__ = ["Reporter", "main", "model_cost"]
 
 log = logging.getLogger(__name__)
+# The logger of the start and progress lines, which go to stdout unadorned.
+PROGRESS_LOG = f"{__name__}.progress"
 
 
 class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
@@ -261,10 +263,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _progress(args: argparse.Namespace) -> ProgressLines:
-    """The start and progress lines on stdout, or nowhere with `--quiet`."""
+    """The start and progress lines, logged to stdout as they are (`PROGRESS_LOG`), or
+    nowhere with `--quiet`."""
     if args.quiet:
         return ProgressLines(lambda line: None)
-    return ProgressLines(lambda line: print(line, flush=True))
+    progress = logging.getLogger(PROGRESS_LOG)
+    if not progress.handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        progress.addHandler(handler)
+        progress.setLevel(logging.INFO)
+        progress.propagate = False  # the lines are the command's output, not log records
+    return ProgressLines(progress.info)
 
 
 def main(argv: list[str] | None = None) -> int:

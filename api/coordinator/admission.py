@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from api.errors import Forbidden, TooMany
+from api.settings import TenantSettings
 from api.store.tokens import OwnSubmitLimits
 
 __all__ = ["SubmitBuckets", "SubmitLimits", "check_submission"]
@@ -29,6 +30,11 @@ class SubmitLimits:
     max_priority_class: int
     submit_rate: float
     submit_burst: int
+
+    @classmethod
+    def of_settings(cls, tenant: TenantSettings) -> SubmitLimits:
+        """The service's defaults, from the settings' ``tenant`` section."""
+        return cls(tenant.max_priority_class, tenant.submit_rate, tenant.submit_burst)
 
     def of(self, own: OwnSubmitLimits) -> SubmitLimits:
         """The limits in force for a tenant whose own are `own`."""

@@ -103,11 +103,10 @@ class Service:
         settings say ``standby``: then serve reads and take over when the lock frees."""
         self.given_backend = backend
         owner = _owner(self.settings)
-        tenant = self.settings.tenant
         self.submissions = Submissions(
             self.sessions,
             on_stored=self._stored,
-            limits=SubmitLimits(tenant.max_priority_class, tenant.submit_rate, tenant.submit_burst),
+            limits=SubmitLimits.of_settings(self.settings.tenant),
             health=self.health,
         )
         watch = StreamWatch(self.events, self._live_digests)

@@ -36,8 +36,7 @@ def limits_public(tenant: Tenant, service: ServiceDep) -> TenantLimitsPublic:
     """`tenant`'s limits in force and its own (what an admin set)."""
     limits = TenantLimits.of(tenant, service.coordinator.quota)
     own = OwnSubmitLimits(tenant.max_priority_class, tenant.submit_rate, tenant.submit_burst)
-    s = service.settings.tenant
-    submit = SubmitLimits(s.max_priority_class, s.submit_rate, s.submit_burst).of(own)
+    submit = SubmitLimits.of_settings(service.settings.tenant).of(own)
     return TenantLimitsPublic(
         tenant=tenant.name,
         max_jobs=limits.max_jobs,
