@@ -85,7 +85,13 @@ PriorityName = Annotated[
     WithJsonSchema({"type": "string", "enum": list(priority_names())}),
 ]
 QueueReasonKind = Literal[
-    "scheduling", "switch_job_ids", "partition", "policy", "switch_refused", "tenant_quota"
+    "scheduling",
+    "switch_job_ids",
+    "partition",
+    "policy",
+    "switch_refused",
+    "ps_unavailable",
+    "tenant_quota",
 ]
 # The switch's contributor bitmap is 32 bits wide (p4ctl.protocol.MAX_WORKERS).
 MAX_WORKERS = 32
@@ -165,8 +171,9 @@ class QueueReason(BaseModel):
         description="scheduling: no decision round has seen it yet; switch_job_ids: every "
         "entry of the switch's job table is taken; partition: no free range holds its "
         "private partition (static); policy: another rule of the policy; switch_refused: "
-        "the switch rejected its configuration; tenant_quota: its tenant has as many jobs "
-        "admitted, or as many aggregators, as its quota allows"
+        "the switch rejected its configuration; ps_unavailable: its parameter server could "
+        "not be reached or refused it (tried again while it waits); tenant_quota: its tenant "
+        "has as many jobs admitted, or as many aggregators, as its quota allows"
     )
     message: str
     slots: int | None = Field(default=None, description="partition: the slots it waits for")

@@ -20,6 +20,7 @@ from scheduler.config import RunResult, SimConfig, UtilSample
 from scheduler.errors import (
     IllegalTransition,
     MemoryConflict,
+    PsUnavailable,
     SchedulerError,
     UnknownName,
     WorkloadError,
@@ -72,6 +73,7 @@ __all__ = [
     "Policy",
     "PolicySpec",
     "Pool",
+    "PsUnavailable",
     "Queue",
     "Reclaim",
     "Reject",

@@ -7,10 +7,11 @@ interfaces, a `JobStore` and `p4ctl.backend.SwitchBackend`, and keeps the invari
 them: every change of state goes through `check_transition`, every partition through
 `MemoryMap.reserve`, every shared pool through `MemoryMap.reserve_shared`.
 
-``Admit`` takes a switch job id, reserves the memory and installs the job; when every id is
-taken or the switch refuses, the job stays queued with the reason. ``Queue`` updates a waiting
-job's reason; ``Reject`` fails the job; ``SetPriority`` MODIFYs the job's ``job_table`` entry;
-``Reclaim`` releases the job's memory and switch job id (idempotent).
+``Admit`` takes a switch job id, reserves the memory, registers the job with its PS and
+installs it; when every id is taken, or the PS or the switch refuses, what was taken is given
+back and the job stays queued with the reason: no job is admitted without its PS. ``Queue``
+updates a waiting job's reason; ``Reject`` fails the job; ``SetPriority`` MODIFYs the job's
+``job_table`` entry; ``Reclaim`` releases the job's memory and switch job id (idempotent).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from p4ctl.errors import SwitchError
 from p4ctl.protocol import MAX_JOBS
 from p4ctl.protocol import Policy as SwitchPolicy
 
-from scheduler.errors import MemoryConflict
+from scheduler.errors import MemoryConflict, PsUnavailable
 from scheduler.memory import JobState, MemoryMap, Partition, Pool, check_transition
 from scheduler.registry import policy_class
 from scheduler.scheduler import Scheduler
@@ -36,6 +37,7 @@ __all__ = [
     "JobStore",
     "NoSwitchJobId",
     "Placement",
+    "PsRefused",
     "StoredJob",
     "SwitchIds",
     "SwitchRefused",
@@ -102,8 +104,20 @@ class SwitchRefused:
         return f"switch refused the job: {self.error}"
 
 
-#: Why a queued job still waits: the policy's `Queue`, or admission that the switch stopped.
-Waiting = Queue | NoSwitchJobId | SwitchRefused
+@dataclass(frozen=True, slots=True)
+class PsRefused:
+    """An admitted job waits: its parameter server did not take it (`PsUnavailable`)."""
+
+    error: Exception
+
+    @property
+    def reason(self) -> str:
+        return f"its PS did not take the job: {self.error}"
+
+
+#: Why a queued job still waits: the policy's `Queue`, or admission that the switch or the PS
+#: stopped.
+Waiting = Queue | NoSwitchJobId | SwitchRefused | PsRefused
 
 
 class JobStore(Protocol):
@@ -172,7 +186,8 @@ class DecisionApplier:
     `release(sid)` removes a released job from the switch: `release_now` by default; the
     service hands it to a background thread (a P4Runtime read of the registers takes seconds)
     and calls `released` once the switch no longer holds it, so the id stays taken until then.
-    `installed(install, window)` runs after each install (the service tells its PS).
+    `register_ps(install, window)` runs before each install (the service tells its PS); it
+    raises `PsUnavailable` when the PS does not take the job, which then stays queued.
     `switch_jobs` is the size of the switch's job table.
     """
 
@@ -183,7 +198,7 @@ class DecisionApplier:
         pool: Pool,
         ps: Endpoint,
         release: Callable[[int], None] | None = None,
-        installed: Callable[[JobInstall, int], None] | None = None,
+        register_ps: Callable[[JobInstall, int], None] | None = None,
         switch_jobs: int = MAX_JOBS,
     ) -> None:
         self.backend = backend
@@ -192,7 +207,7 @@ class DecisionApplier:
         self.memory = MemoryMap(pool)
         self.ids = SwitchIds(switch_jobs)
         self._release = release or self._release_now
-        self._installed = installed
+        self._register_ps = register_ps
 
     def _release_now(self, sid: int) -> None:
         release_now(self.backend, sid)
@@ -273,15 +288,23 @@ class DecisionApplier:
             return store.set_reason(d.job_id, NoSwitchJobId(self.ids.size))
         placement = Placement(sid, policy, switch_rule(policy), d.partition, d.hash_seed, shared)
         install = self.install_of(placement, fan_in=job.fan_in, priority=job.priority)
+        # The PS first: a job the switch holds sends fragments to it from the first packet. A
+        # PS registration left behind by a refusal of the switch is replaced at the id's next
+        # admission.
+        why: Waiting | None = None
         try:
+            if self._register_ps is not None:
+                self._register_ps(install, job.window)
             self.backend.install_job(install)
+        except PsUnavailable as exc:
+            why = PsRefused(exc)  # logged once per outage, by the caller's hook
         except (SwitchError, ValueError) as exc:
             log.warning("job %d stays queued: %s", d.job_id, exc)
+            why = SwitchRefused(exc)
+        if why is not None:
             self.memory.release(d.job_id)
             self.ids.free(sid)
-            return store.set_reason(d.job_id, SwitchRefused(exc))
-        if self._installed is not None:
-            self._installed(install, job.window)
+            return store.set_reason(d.job_id, why)
         store.place(d.job_id, placement)
         self._transition(store, d.job_id, JobState.ADMITTED, now=now, reason=None)
         return True

@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "IllegalTransition",
     "MemoryConflict",
+    "PsUnavailable",
     "SchedulerError",
     "UnknownName",
     "WorkloadError",
@@ -32,6 +33,11 @@ class IllegalTransition(SchedulerError):
 
 class MemoryConflict(SchedulerError):
     """A reservation that overlaps another job's partition or leaves the pool."""
+
+
+class PsUnavailable(SchedulerError):
+    """The parameter server did not take a job (unreachable, or it refused): the job is not
+    admitted, since the switch would send its bypassed and evicted fragments there."""
 
 
 class UnknownName(SchedulerError, KeyError, ValueError):

@@ -225,11 +225,13 @@ class ParameterServer:
         switch: tuple[str, int],
         window: int | None = None,
         policy: Policy | str | None = None,
+        fresh: bool = False,
     ) -> None:
         """Serve job `job_id` (switch job id) with `fan_in` workers; idempotent.
 
         `switch` is the switch's data address (only its packets are accepted, and results go
-        there); `window` the workers' W; `policy` the job's policy.
+        there); `window` the workers' W; `policy` the job's policy. `fresh`: a new job takes the
+        id, so whatever is kept under it goes, even when its removal never reached this PS.
         """
         if not 0 <= job_id < MAX_JOBS or not 1 <= fan_in <= MAX_WORKERS:
             raise ValueError(f"job {job_id} with fan_in {fan_in} is out of range")
@@ -239,12 +241,13 @@ class ParameterServer:
         addr = (socket.gethostbyname(switch[0]), switch[1])
         with self._lock:
             kept = self._jobs.get(job_id)
-            if kept is not None and (kept.fan_in, kept.switch, kept.window, kept.policy) == (
+            same = kept is not None and (kept.fan_in, kept.switch, kept.window, kept.policy) == (
                 fan_in,
                 addr,
                 window or DEFAULT_WINDOW,
                 pol,
-            ):
+            )
+            if same and not fresh:
                 return  # registered again by a new term: what it holds for the job stays
             self._jobs[job_id] = _Job(fan_in, addr, window or DEFAULT_WINDOW, pol)
 

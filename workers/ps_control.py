@@ -7,12 +7,12 @@ directly; a PS that runs alone (``inasched ps --control-port P``) takes the same
 
 One TCP connection per call, one JSON line each way. A request is
 ``{"body": {...}, "mac": HEX}``: `body` holds ``op`` (``register``, ``remove`` or
-``counters``), its arguments and ``at`` (the sender's Unix time), and ``mac`` is its
-HMAC-SHA256 under the secret the PS and the service share (``INASCHED_PS_SECRET``, or
-``--secret-file``). The secret never crosses the wire. A request whose MAC does not verify
-(constant-time compare), or whose ``at`` is more than `MAX_SKEW_S` from the PS's clock (a
-replay), gets ``{"ok": false, "error": ...}`` and changes nothing; so does a malformed one.
-A good one gets ``{"ok": true}`` and, for ``counters``, the PS's `PsCounters` as JSON.
+``counters``), its arguments (``register``'s ``fresh``: a new job takes the id) and ``at``
+(the sender's Unix time); ``mac`` is its HMAC-SHA256 under the secret the PS and the service
+share (``INASCHED_PS_SECRET``, or ``--secret-file``), which never crosses the wire. A request
+whose MAC does not verify (constant-time compare), whose ``at`` is more than `MAX_SKEW_S` from
+the PS's clock (a replay), or that is malformed gets ``{"ok": false, "error": ...}`` and
+changes nothing. A good one gets ``{"ok": true}`` and, for ``counters``, the `PsCounters`.
 """
 
 from __future__ import annotations
@@ -140,6 +140,7 @@ class PsControlServer:
                 switch=(str(switch[0]), int(switch[1])),
                 window=_int(body, "window") if body.get("window") is not None else None,
                 policy=policy,
+                fresh=body.get("fresh") is True,
             )
             return {}
         if op == "remove":
@@ -183,6 +184,7 @@ class RemotePs:
         switch: tuple[str, int] | None = None,
         window: int | None = None,
         policy: Policy | str | None = None,
+        fresh: bool = False,
     ) -> None:
         if switch is None:
             raise ValueError("a PS elsewhere needs the switch's data address")
@@ -194,6 +196,7 @@ class RemotePs:
             switch=[switch[0], switch[1]],
             window=window,
             policy=name,
+            fresh=fresh,
         )
 
     def remove_job(self, job_id: int) -> None:

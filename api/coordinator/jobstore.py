@@ -17,7 +17,14 @@ from api.coordinator.counters import settle_counters
 from api.coordinator.jobviews import QueueReasons
 from api.store.crud import in_chunks
 from api.store.models import Job, PriorityChange, utcnow
-from scheduler.applier import NoSwitchJobId, Placement, StoredJob, SwitchRefused, Waiting
+from scheduler.applier import (
+    NoSwitchJobId,
+    Placement,
+    PsRefused,
+    StoredJob,
+    SwitchRefused,
+    Waiting,
+)
 from scheduler.memory import JobState
 from scheduler.snapshot import Queue
 
@@ -133,6 +140,8 @@ class SqlJobStore:
                 message = self.reasons.no_switch_job_id(job_id, max_jobs).message
             case SwitchRefused(error=error):
                 message = self.reasons.switch_refused(job_id, error).message
+            case PsRefused(error=error):
+                message = self.reasons.ps_refused(job_id, error).message
         read = self.known.get(job_id) if job_id not in self.rows else None
         if read is not None:
             if read.reason == message:

@@ -128,6 +128,11 @@ class QueueReasons:
         message = f"switch refused the job: {error}"
         return self._record(job_id, QueueReason(kind="switch_refused", message=message))
 
+    def ps_refused(self, job_id: int, error: Exception) -> QueueReason:
+        """Record that the job's PS did not take it (`api.coordinator.pslink`)."""
+        message = f"its PS did not take the job: {error}"
+        return self._record(job_id, QueueReason(kind="ps_unavailable", message=message))
+
     def forget(self, job_ids: Iterable[int]) -> None:
         """Forget why `job_ids` waited (they left the queue)."""
         for job_id in job_ids:

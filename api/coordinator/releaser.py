@@ -17,8 +17,7 @@ from collections.abc import Callable
 from p4ctl.backend import SwitchBackend
 from p4ctl.errors import SwitchError
 
-from api.coordinator.topology import PsRegistry
-from workers.ps_control import ControlError
+from api.coordinator.pslink import PsLink
 
 __all__ = ["Releaser"]
 
@@ -32,12 +31,12 @@ class Releaser:
         self,
         *,
         backend: SwitchBackend,
-        ps_registry: PsRegistry | None,
+        ps: PsLink | None,
         on_released: Callable[[int], None],
         retry_s: float = 1.0,
     ) -> None:
         self.backend = backend
-        self.ps_registry = ps_registry
+        self.ps = ps
         self.on_released = on_released
         self.retry_s = retry_s
         self._queue: queue.Queue[int | None] = queue.Queue()
@@ -67,13 +66,12 @@ class Releaser:
                 # remove_job also frees the job's aggregators; a reclaim before it would read
                 # the whole pool once more, which takes seconds on a P4Runtime target.
                 self.backend.remove_job(sid)
-                if self.ps_registry is not None:
-                    self.ps_registry.remove_job(sid)
-            except ControlError as exc:  # the PS frees an idle job's state by itself
-                log.warning("the PS did not forget switch job %d: %s", sid, exc)
             except SwitchError as exc:
                 log.warning("switch job %d not removed yet: %s", sid, exc)
                 if not self._stopping.wait(self.retry_s):
                     self._queue.put(sid)
                 continue
+            if self.ps is not None:
+                # A PS away keeps the job's registration; the id's next admission replaces it.
+                self.ps.remove(sid)
             self.on_released(sid)

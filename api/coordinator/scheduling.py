@@ -36,6 +36,7 @@ from api.coordinator.events import Event, EventBus
 from api.coordinator.jobstore import SqlJobStore
 from api.coordinator.jobviews import QueueReasons, job_public, load_jobs
 from api.coordinator.progress import Claim, ProgressCheck
+from api.coordinator.pslink import PsLink
 from api.coordinator.quotas import UNLIMITED, QuotaDefaults, hold_back, load_limits, within_share
 from api.coordinator.releaser import Releaser
 from api.coordinator.rounds import ACTIVE, HOLDING, ROUND_COLUMNS, TERMINAL, ActiveJobs, JobWaiters
@@ -50,7 +51,6 @@ from scheduler.memory import JobState, Partition, Pool
 from scheduler.scheduler import Scheduler
 from scheduler.snapshot import Queue
 from scheduler.spec import PolicySpec
-from workers.ps_control import ControlError
 
 __all__ = ["ACTIVE", "TERMINAL", "Coordinator"]
 
@@ -108,6 +108,10 @@ class Coordinator:
         self.scheduler = Scheduler(policy, self.pool, seed=seed)
         self.quota = quota
         self.ps_registry = ps_registry
+        # Every call to the PS goes through it: its outages are episodes, logged once each.
+        self.ps = (
+            PsLink(ps_registry, switch=topology.switch_data) if ps_registry is not None else None
+        )
         # Store faults: logged once per episode, and heartbeats they kept from the store are
         # not held against the workers (`reap`).
         self.health = health or StoreHealth()
@@ -118,15 +122,13 @@ class Coordinator:
         self._init_switch_view()
         # Without a data plane (the in-memory backend) there is nothing to hold reports to.
         self.progress = ProgressCheck(lanes=self.pool.lanes) if verify_progress else None
-        self.releaser = Releaser(
-            backend=backend, ps_registry=ps_registry, on_released=self._released
-        )
+        self.releaser = Releaser(backend=backend, ps=self.ps, on_released=self._released)
         self.applier = DecisionApplier(
             backend=backend,
             pool=self.pool,
             ps=topology.ps,
             release=self.releaser.submit,
-            installed=self._installed,
+            register_ps=self._register_ps if self.ps is not None else None,
             switch_jobs=MAX_JOBS,
         )
 
@@ -267,7 +269,9 @@ class Coordinator:
         if self.clock() - self._full_read_at > FULL_READ_S:
             self._full_read_at = self.clock()
             self.active.reload()
-        if failed or dirty:
+        # While the PS is away, jobs it did not take wait queued: a retry is a decision round.
+        ps_retry = self.ps is not None and self.ps.due()
+        if failed or dirty or ps_retry:
             self.reschedule(wait=False)
         self.read_switch()
         self._settle_active_counters()
@@ -380,19 +384,11 @@ class Coordinator:
         self.publish_jobs(store.changed.values())
         self.publish_reasons(row.id for row in reasoned)
 
-    def _installed(self, install: JobInstall, window: int) -> None:
-        if self.ps_registry is not None:
-            sw = self.topology.switch_data
-            try:
-                self.ps_registry.register_job(
-                    install.job_id,
-                    install.fan_in,
-                    switch=(sw.host, sw.port),
-                    window=window,
-                    policy=install.policy.name.lower(),
-                )
-            except ControlError as exc:  # the job's PS-bound fragments will be dropped there
-                log.error("the PS did not take switch job %d: %s", install.job_id, exc)
+    def _register_ps(self, install: JobInstall, window: int) -> None:
+        """Have the PS serve a job being admitted; raises `PsUnavailable` (it stays queued)."""
+        assert self.ps is not None
+        policy = install.policy.name.lower()
+        self.ps.register(install.job_id, install.fan_in, window=window, policy=policy)
 
     def _released(self, sid: int) -> None:
         with self.lock:
@@ -465,8 +461,11 @@ class Coordinator:
         """Install `job`, its priority and its workers' addresses again."""
         assert job.switch_job_id is not None
         install = self.install_of(job)
+        if self.ps is not None:
+            # Owed and made again while the PS is away: the job keeps its place.
+            policy = install.policy.name.lower()
+            self.ps.restore(install.job_id, install.fan_in, window=job.window, policy=policy)
         self.backend.install_job(install)
-        self._installed(install, job.window)
         self.backend.set_priority(job.switch_job_id, job.priority_level)
         for w in job.workers:
             self.backend.add_worker(job.switch_job_id, w.worker_id, Endpoint(w.host, w.port))

@@ -22,6 +22,7 @@ class PsRegistry(Protocol):
         switch: tuple[str, int],
         window: int | None = None,
         policy: str | None = None,
+        fresh: bool = False,
     ) -> None: ...
 
     def remove_job(self, job_id: int) -> None: ...

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from api.coordinator.scheduling import ACTIVE, TERMINAL, Coordinator
 from api.store.models import Job, Tenant
 from workers.ps import PsCounters
+from workers.ps_control import RemotePs
 
 __all__ = ["JCT_BUCKETS_S", "PsCounterSource", "render_metrics"]
 
@@ -67,7 +68,19 @@ def render_metrics(session: Session, coord: Coordinator, *, tenants: bool = Fals
     )
     lines += _loops(coord)
     source = coord.ps_registry
-    lines += _ps(source.counters() if isinstance(source, PsCounterSource) else None)
+    counters = None
+    # A PS of its own process (RemotePs has counters too) is not scraped: it may be away.
+    if isinstance(source, PsCounterSource) and not isinstance(source, RemotePs):
+        counters = source.counters()
+    lines += _ps(counters)
+    away = [] if coord.ps is None else [f"inasched_ps_away_seconds {coord.ps.away_s():.3f}"]
+    lines += _family(
+        "inasched_ps_away_seconds",
+        "gauge",
+        "Seconds since the service's calls to its PS began to fail (0 while it takes them); "
+        "meanwhile new jobs wait queued with kind ps_unavailable.",
+        away,
+    )
     return "\n".join(lines) + "\n"
 
 

@@ -34,7 +34,7 @@ def test_an_ended_job_is_removed_with_its_aggregators_in_one_call() -> None:
     held = switch.pipeline.registers
     held.agg_job[5], held.agg_state[5] = JOB.job_id, 1  # a partial sum the job left behind
     released = threading.Event()
-    releaser = Releaser(backend=switch, ps_registry=None, on_released=lambda _: released.set())
+    releaser = Releaser(backend=switch, ps=None, on_released=lambda _: released.set())
     releaser.start()
     releaser.submit(JOB.job_id)
     assert released.wait(10)
