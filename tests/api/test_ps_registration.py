@@ -47,9 +47,7 @@ class Ps:
     control: PsControlServer | None = None
 
     def up(self) -> None:
-        self.control = PsControlServer(
-            self.server, SECRET.encode(), port=self.control_port
-        ).start()
+        self.control = PsControlServer(self.server, SECRET.encode(), port=self.control_port).start()
 
     def down(self) -> None:
         if self.control is not None:
@@ -103,7 +101,7 @@ class Service:
         gradients = [np.full(GRADIENT_BYTES // 4, w + 1.0, dtype=np.float32) for w in range(2)]
         with ThreadPoolExecutor(2) as pool:
             for _ in range(ITERATIONS):
-                sums = list(pool.map(lambda w: w[0].allreduce(w[1]), zip(workers, gradients)))
+                sums = list(pool.map(lambda w, g: w.allreduce(g), workers, gradients))
                 assert all(np.array_equal(s, gradients[0] + gradients[1]) for s in sums)
         for worker in workers:
             response = self.http.post(
