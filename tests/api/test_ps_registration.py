@@ -61,7 +61,14 @@ class Service:
     http: httpx.Client
     url: str
     token: str
+    live: LiveServer
     workers: list[AllreduceClient] = field(default_factory=list)
+
+    def stop(self) -> None:
+        """Stop the service (a clean stop: its embedded switch stops with it); the workers'
+        clients stay."""
+        self.http.close()
+        self.live.__exit__(None, None, None)
 
     @property
     def auth(self) -> dict[str, str]:
@@ -86,7 +93,13 @@ class Service:
         """The switch job ids in the switch's job table, read over P4Runtime."""
         backend = self.app.state.service.backend
         assert backend is not None
-        return backend.installed_jobs()
+        return set(backend.installed_jobs())
+
+    def holds_nothing(self) -> bool:
+        """The switch holds no job and no aggregator (read over P4Runtime)."""
+        backend = self.app.state.service.backend
+        assert backend is not None
+        return not backend.installed_jobs() and not backend.occupancy().runs()
 
     def metric(self, name: str) -> float:
         for line in self.http.get("/metrics").text.splitlines():
@@ -96,13 +109,18 @@ class Service:
 
     def run_to_finished(self, job: dict[str, Any]) -> None:
         """Join both workers over HTTP, allreduce every iteration over real UDP, report."""
+        workers = self.join_both(job)
+        for _ in range(ITERATIONS):
+            iterate(workers)
+        self.finish(job, workers)
+
+    def join_both(self, job: dict[str, Any]) -> list[AllreduceClient]:
         workers = [self._join(job) for _ in range(2)]
         self.workers += workers
-        gradients = [np.full(GRADIENT_BYTES // 4, w + 1.0, dtype=np.float32) for w in range(2)]
-        with ThreadPoolExecutor(2) as pool:
-            for _ in range(ITERATIONS):
-                sums = list(pool.map(lambda w, g: w.allreduce(g), workers, gradients))
-                assert all(np.array_equal(s, gradients[0] + gradients[1]) for s in sums)
+        return workers
+
+    def finish(self, job: dict[str, Any], workers: list[AllreduceClient]) -> None:
+        """Both workers report every iteration done; returns once the job is finished."""
         for worker in workers:
             response = self.http.post(
                 f"/jobs/{job['id']}/workers/{worker.join.worker_id}/progress",
@@ -122,6 +140,14 @@ class Service:
         )
         assert answer.status_code == 201, answer.text
         return AllreduceClient(parse_join(answer.json()), sock=sock)
+
+
+def iterate(workers: list[AllreduceClient]) -> None:
+    """One iteration: both workers' allreduce at once, through the switch (and the PS)."""
+    gradients = [np.full(GRADIENT_BYTES // 4, w + 1.0, dtype=np.float32) for w in range(2)]
+    with ThreadPoolExecutor(2) as pool:
+        sums = list(pool.map(lambda w, g: w.allreduce(g), workers, gradients))
+    assert all(np.array_equal(s, gradients[0] + gradients[1]) for s in sums)
 
 
 @pytest.fixture
@@ -151,8 +177,8 @@ def ps_settings(settings: Settings, ps: Ps, *, policy: str, aggregators: int) ->
 
 @pytest.fixture
 def serve() -> Iterator[Any]:
+    """``serve(settings)``: a started `Service`; every one still running stops at the end."""
     started: list[Service] = []
-    stack: list[Any] = []
 
     def start(settings: Settings) -> Service:
         app = create_app(settings)
@@ -160,19 +186,13 @@ def serve() -> Iterator[Any]:
             token = create_tenant_token(s, tenant="alice")
         live = LiveServer(app)
         url = live.__enter__()
-        stack.append(live)
-        http = httpx.Client(base_url=url, timeout=30)
-        service = Service(app=app, http=http, url=url, token=token)
+        service = Service(app, httpx.Client(base_url=url, timeout=30), url, token, live)
         started.append(service)
         return service
 
     yield start
-    for service in started:
-        for worker in service.workers:
-            worker.close()
-        service.http.close()
-    for live in reversed(stack):
-        live.__exit__(None, None, None)
+    for service in reversed(started):
+        service.stop()
 
 
 def lines(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
@@ -221,7 +241,7 @@ def test_a_job_waits_queued_while_its_ps_is_away_and_runs_once_it_is_back(
     service.run_to_finished(job)
     service.run_to_finished(second)
     assert ps.server.counters().received > received  # the PS served the jobs' fragments
-    wait_for(lambda: service.installed() == set(), "the switch to forget the finished jobs")
+    wait_for(service.holds_nothing, "the switch to forget the finished jobs")
 
 
 def test_a_job_cancelled_while_its_ps_is_away_leaves_its_memory_to_the_next(
@@ -243,3 +263,62 @@ def test_a_job_cancelled_while_its_ps_is_away_leaves_its_memory_to_the_next(
     wait_for(lambda: service.job(second)["state"] == "admitted", "the second job's admission")
     assert service.job(first)["state"] == "cancelled"
     service.run_to_finished(second)
+
+
+def test_a_restarted_service_keeps_a_running_job_while_its_ps_is_away_and_registers_it_again(
+    settings: Settings, ps: Ps, serve: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The PS restarts (it forgets every job) while the service restarts; the service comes
+    back first. The running job is neither lost nor failed: it stays on the switch, its
+    registration is owed and made once the PS answers, and it finishes through the new PS."""
+    caplog.set_level(logging.WARNING, logger="api.coordinator.pslink")
+    settings = ps_settings(settings, ps, policy="esa", aggregators=8)
+    ps.up()
+    first: Service = serve(settings)
+    job = first.submit("survivor")
+    assert first.job(job)["state"] == "admitted"
+    workers = first.join_both(job)
+    iterate(workers)
+    first.stop()
+    ps.down()
+    host, port = ps.server.address
+    ps.server.stop()
+    ps.server = ParameterServer(host, port).start()  # the PS restarted: it knows no job
+
+    second: Service = serve(settings)
+    assert second.job(job)["state"] == "running"
+    assert len(second.installed()) == 1
+    assert len(lines(caplog, AWAY)) == 1, caplog.text
+    ps.up()
+    wait_for(lambda: len(lines(caplog, BACK)) == 1, "the owed registration")
+    received = ps.server.counters().received
+    iterate(workers)
+    assert ps.server.counters().received > received
+    second.finish(job, workers)
+    wait_for(second.holds_nothing, "the switch to forget the job")
+    assert len(lines(caplog, AWAY)) == 1, caplog.text
+
+
+def test_a_job_that_ends_while_its_ps_is_away_leaves_the_switch_all_the_same(
+    settings: Settings, ps: Ps, serve: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The PS's drop of the job fails: the switch forgets the job and its aggregators, its
+    switch job id is free again, and the next job, once the PS is back, runs."""
+    caplog.set_level(logging.WARNING, logger="api.coordinator.pslink")
+    ps.up()
+    service: Service = serve(ps_settings(settings, ps, policy="esa", aggregators=8))
+    job = service.submit("ends")
+    workers = service.join_both(job)
+    iterate(workers)
+    ps.down()
+    iterate(workers)  # the data path needs no control channel
+    service.finish(job, workers)
+    wait_for(service.holds_nothing, "the switch to forget the job")
+    coordinator = service.app.state.service.coordinator
+    wait_for(lambda: coordinator.applier.ids.owners == {}, "its switch job id to be free")
+    assert len(lines(caplog, AWAY)) == 1, caplog.text
+    ps.up()
+    after = service.submit("after")
+    wait_for(lambda: service.job(after)["state"] == "admitted", "the next job's admission")
+    service.run_to_finished(after)
+    assert len(lines(caplog, BACK)) == 1, caplog.text

@@ -4,12 +4,13 @@ policy-change bug (hashed jobs inside static partitions) and the registry of nam
 from __future__ import annotations
 
 import pytest
+from p4ctl.backend import JobInstall
 from p4ctl.protocol import Policy as SwitchPolicy
 from p4ctl.rule import hashed_index
 
-from scheduler.applier import switch_rule
-from scheduler.errors import IllegalTransition, MemoryConflict
-from scheduler.jobs import JobRecord, JobTable
+from scheduler.applier import DecisionApplier, PsRefused, Waiting, switch_rule
+from scheduler.errors import IllegalTransition, MemoryConflict, PsUnavailable
+from scheduler.jobs import SIMULATED_PS, JobRecord, JobTable
 from scheduler.memory import JobState, MemoryMap, Partition, Pool
 from scheduler.registry import POLICIES, make_policy, policy_names, priority_names
 from scheduler.scheduler import Scheduler
@@ -116,3 +117,44 @@ def test_a_job_keeps_the_switch_rule_it_was_admitted_under() -> None:
         SwitchPolicy.ATP,
         SwitchPolicy.ESA,
     ]
+
+
+class _ReasonsTable(JobTable):
+    """A simulator's table that keeps the last reason each queued job was given."""
+
+    reasons: dict[int, Waiting]
+
+    def set_reason(self, job_id: int, why: Waiting) -> bool:
+        self.reasons[job_id] = why
+        return True
+
+
+@pytest.mark.parametrize("policy", ["static", "esa"])
+def test_a_job_its_ps_does_not_take_stays_queued_holding_nothing(policy: str) -> None:
+    table = _ReasonsTable(Scheduler(PolicySpec(policy), pool=POOL, seed=1), window=8)
+    table.reasons = {}
+    registered: list[int] = []
+    refused = PsUnavailable("PS control at 10.77.0.1:9557: [Errno 111] Connection refused")
+    away: PsUnavailable | None = refused
+
+    def register_ps(install: JobInstall, window: int) -> None:
+        if away is not None:
+            raise away
+        assert install.job_id not in table.switch.installed_jobs()  # the PS first
+        registered.append(install.job_id)
+
+    table.applier = DecisionApplier(
+        backend=table.switch, pool=POOL, ps=SIMULATED_PS, register_ps=register_ps
+    )
+    job = table.add(spec(1))
+    table.decide(0.0)
+    assert job.state == JobState.QUEUED and job.switch_job_id is None
+    assert table.reasons[1] == PsRefused(refused)
+    assert str(refused) in table.reasons[1].reason
+    assert table.switch.installed_jobs() == set()
+    assert table.memory.partitions() == {} and table.memory.shared() == {}
+    assert table.applier.ids.owners == {}
+    away = None
+    table.decide(1.0)
+    assert job.state == JobState.ADMITTED and job.switch_job_id is not None
+    assert registered == [job.switch_job_id] == sorted(table.switch.installed_jobs())

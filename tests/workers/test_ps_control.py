@@ -87,6 +87,23 @@ def test_a_registered_job_is_served_from_its_switch_only(
     assert ps.counters().drops == {"foreign_source": 1, "unknown_job": 1}
 
 
+def test_a_new_job_under_a_switch_job_id_gets_nothing_the_ps_kept_for_an_older_one(
+    ps: ParameterServer, control: PsControlServer, switch_sock: socket.socket
+) -> None:
+    """The older job's removal never reached the PS (it was away): a registration again by a
+    new term keeps what the PS holds, one of a new job (``fresh``) starts from nothing."""
+    remote = RemotePs(control.address, SECRET)
+    register = {"switch": switch_sock.getsockname(), "window": 16, "policy": "atp"}
+    remote.register_job(7, 2, **register)
+    switch_sock.sendto(whole_sum(7, 0), ps.address)
+    assert switch_sock.recv(65536)[1] == Kind.PS_RESULT
+    assert remote.counters().jobs == {7}  # it keeps the result, for a resend
+    remote.register_job(7, 2, **register)
+    assert remote.counters().jobs == {7}
+    remote.register_job(7, 2, fresh=True, **register)
+    assert remote.counters().jobs == set()
+
+
 def test_a_request_under_another_secret_changes_nothing(
     ps: ParameterServer, control: PsControlServer, switch_sock: socket.socket
 ) -> None:
