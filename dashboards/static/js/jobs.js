@@ -326,6 +326,7 @@ function hint(kind) {
     partition: "A static job reserves its partition from admission on, even while the heatmap shows it free.",
     scheduling: "The scheduler looks at it in its next decision round.",
     tenant_quota: "Your tenant's limits (admitted jobs, share of the aggregators) hold it; an admin sets them per tenant.",
+    ps_unavailable: "Its parameter server does not answer the service; it is admitted once the PS does, and holds nothing meanwhile.",
   }[kind];
   return text ? el("span", { class: "hint" }, text) : null;
 }
