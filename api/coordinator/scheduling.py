@@ -458,7 +458,8 @@ class Coordinator:
         return self.applier.install_of(placement, fan_in=job.n_workers, priority=job.priority_level)
 
     def _restore(self, job: Job) -> None:
-        """Install `job`, its priority and its workers' addresses again."""
+        """Register `job` with its PS again (owed while the PS is away: the job keeps running),
+        and install it, its priority and its workers' addresses again."""
         assert job.switch_job_id is not None
         install = self.install_of(job)
         if self.ps is not None:
