@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 # under the scheduling lock, so tries grow apart up to RETRY_MAX_S.
 RETRY_S = 1.0
 RETRY_MAX_S = 10.0
+# A job's reason column holds 512 characters; the PS's words are cut to leave room around them.
+_MAX_ERROR = 400
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,8 +149,9 @@ class PsLink:
                     fresh=fresh,
                 )
         except (ControlError, ValueError, OSError) as exc:
-            self._failed_with(str(exc))
-            raise PsUnavailable(str(exc)) from exc
+            error = str(exc)[:_MAX_ERROR]
+            self._failed_with(error)
+            raise PsUnavailable(error) from exc
         self._took()
 
     def _failed_with(self, error: str) -> None:
