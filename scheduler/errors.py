@@ -1,7 +1,8 @@
 """The scheduler's exception tree.
 
 ``SchedulerError`` is the root; the REST layer maps `IllegalTransition` and `MemoryConflict`
-to HTTP 409, `UnknownName` to 422 and `WorkloadError` to 400. "No room" is not an error: a
+to HTTP 409, `UnknownName` to 422 and `WorkloadError` to 400 (`TopologyError` and
+`PlacementError`, which no route raises yet, are bad input too). "No room" is not an error: a
 policy answers it with a `Queue` decision.
 """
 
@@ -10,8 +11,10 @@ from __future__ import annotations
 __all__ = [
     "IllegalTransition",
     "MemoryConflict",
+    "PlacementError",
     "PsUnavailable",
     "SchedulerError",
+    "TopologyError",
     "UnknownName",
     "WorkloadError",
 ]
@@ -50,3 +53,13 @@ class UnknownName(SchedulerError, KeyError, ValueError):
 
 class WorkloadError(SchedulerError, ValueError):
     """A workload name, file or job that cannot be used; the message says what to fix."""
+
+
+class TopologyError(SchedulerError, ValueError):
+    """A topology file or `Fabric` that cannot be used; the message names the file, the
+    switch and the field, and says what the field takes."""
+
+
+class PlacementError(SchedulerError, ValueError):
+    """A placement that can never be made: an unknown or unusable placement policy, or a job
+    wider than the whole fabric. A full fabric is not an error: `Placer.place` returns None."""

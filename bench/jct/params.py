@@ -22,15 +22,12 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from scheduler.config import PER_JOB, PsProcesses, SimConfig
+from scheduler.fabric import TOFINO1_AGGREGATORS
 from scheduler.memory import DEFAULT_LANES, Pool
 from scheduler.spec import PolicySpec
 
 __all__ = ["MAX_SWEEPS", "SOURCES", "SWEEPABLE", "BenchParams", "parse_sweep", "parse_sweeps"]
 
-# 2^14 aggregators x 64 lanes x 4 B = 4 MiB: SwitchML's aggregation budget on a Tofino 1.
-# ATP's ~20,000 aggregators of 62 lanes are 4.96 MB, within 20% of it; --sweep memory=20000
-# runs ATP's figure.
-TOFINO1_AGGREGATORS = 16_384
 
 _GBPS = 1e9
 
