@@ -60,8 +60,8 @@ TOFINO1_AGGREGATORS = 16_384
 TOFINO2_AGGREGATORS = TOFINO1_AGGREGATORS * 20 // 12
 #: A chip's name, as the topology file may give it for ``aggregators``.
 CHIPS: dict[str, int] = {"tofino1": TOFINO1_AGGREGATORS, "tofino2": TOFINO2_AGGREGATORS}
-# Philly's multi-GPU servers have 8 GPUs (philly-traces' cluster_machine_list; the 2-GPU ones
-# host no multi-server job); scheduler/data's servers_8gpu column counts with the same figure.
+# Philly's 8-GPU servers (philly-traces' cluster_machine_list, e.g. "m31,8,24GB"); Philly has
+# smaller ones too, so 8 is a choice, the one scheduler/data's servers_8gpu column makes.
 GPUS_PER_SERVER = 8
 # Mina's simulator (ClubieDong/MinaSimulator, src/fat_tree.cpp): a k = 16 fat tree, k/2 = 8
 # hosts under each edge switch.
