@@ -428,6 +428,10 @@ def load_fabric(path: Path | str) -> Fabric:
         ) from None
     except ValueError as exc:
         raise TopologyError(f"{path}: {exc}") from None
+    except RecursionError:
+        raise TopologyError(
+            f"{path}: not a topology: nested deeper than JSON decoding goes"
+        ) from None
     return parse_fabric(doc, str(path))
 
 

@@ -144,8 +144,9 @@ def _take(
 
 
 class PackedPlacement(PlacementPolicy):
-    """Fewest racks: the best-fitting single rack (fewest free GPUs that hold the job, lowest
-    index on a tie); else the racks with the most whole free servers first (greedy)."""
+    """Fewest racks: the single rack that holds the job with the fewest GPUs left free
+    (lowest index on a tie); else the fewest racks whose whole free servers cover the job's
+    and that have room for its rest, the racks with most whole free servers first."""
 
     name = "packed"
     summary = "fewest racks: the best-fitting single rack, else those with most free servers first"
@@ -153,15 +154,30 @@ class PackedPlacement(PlacementPolicy):
     def choose(
         self, free: FreeGpus, whole: int, rest: int, gpus_per_server: int, rng: random.Random
     ) -> tuple[Pick, ...] | None:
+        g = gpus_per_server
         alone = [
             (sum(rack), r, picks)
             for r, rack in enumerate(free)
-            if (picks := _take(free, [r], whole, rest, gpus_per_server)) is not None
+            if (picks := _take(free, [r], whole, rest, g)) is not None
         ]
         if alone:
             return min(alone, key=lambda a: a[:2])[2]
-        order = sorted(range(len(free)), key=lambda r: (-list(free[r]).count(gpus_per_server), r))
-        return _take(free, order, whole, rest, gpus_per_server)
+        full = [list(rack).count(g) for rack in free]
+        # A rack that can take the rest on a server some job already uses.
+        part = [any(rest <= f < g for f in rack) for rack in free] if rest else [False] * len(free)
+        order = sorted(range(len(free)), key=lambda r: (-full[r], r))
+        for m in range(2, len(free) + 1):
+            # The m racks of most whole servers hold the most; if they leave no room for the
+            # rest, one of them may give way to a rack that has it.
+            top = order[:m]
+            held = sum(full[r] for r in top)
+            if held >= whole and (not rest or held > whole or any(part[r] for r in top)):
+                return _take(free, top, whole, rest, g)
+            for extra in (r for r in order[m:] if part[r]):
+                racks = [*order[: m - 1], extra]
+                if sum(full[r] for r in racks) >= whole:
+                    return _take(free, racks, whole, rest, g)
+        return None
 
 
 class SpreadPlacement(PlacementPolicy):

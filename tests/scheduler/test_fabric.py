@@ -59,6 +59,11 @@ def test_the_example_file_is_two_tors_under_a_spine() -> None:
     assert fabric.levels == 2 and fabric.gpus == 2 * 8 * 8
 
 
+def test_the_example_file_is_as_dump_fabric_writes_it(tmp_path: Path) -> None:
+    dump_fabric(two_level_fabric(2), tmp_path / "t.json")
+    assert (tmp_path / "t.json").read_text() == EXAMPLE.read_text()
+
+
 def test_a_file_round_trips(tmp_path: Path) -> None:
     fabric = Fabric(
         (
@@ -218,6 +223,7 @@ def test_a_document_that_is_not_an_object_is_named() -> None:
         ('{"lanes": NaN, "switches": []}', "NaN is not a number a topology can hold"),
         ('{"lanes": 64, "lanes": 128, "switches": []}', "field 'lanes' given twice"),
         ('{"switches": [{"name": "s", "rack": {"servers": 1e999}}]}', "rack.servers"),
+        ("[" * 100_000, "nested deeper than JSON decoding goes"),
     ],
 )
 def test_a_file_that_is_no_topology_is_named(tmp_path: Path, text: str, names: str) -> None:

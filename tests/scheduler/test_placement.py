@@ -3,6 +3,7 @@ invariants (no server over its GPUs, free gives everything back) on any sequence
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from scheduler.errors import PlacementError, UnknownName
 from scheduler.fabric import Fabric, two_level_fabric
-from scheduler.placement import Placement, Placer, Share, placement_names
+from scheduler.placement import PackedPlacement, Placement, Placer, Share, placement_names
 
 
 def _small(racks: int = 3) -> Fabric:
@@ -56,6 +57,25 @@ def test_packed_puts_the_rest_in_a_rack_the_job_already_uses_when_it_can() -> No
     # 10 GPUs: two whole servers (only tor1 has two) and 2 more, on tor0's half-free server.
     assert _servers(placer.place(2, 10)) == [("tor0", 0, 2), ("tor1", 0, 4), ("tor1", 1, 4)]
     assert placer.place(3, 10) is None
+
+
+def test_packed_trades_a_rack_for_one_with_room_for_the_rest() -> None:
+    # Three racks of two whole free servers; only the third has a half-used one. 17 GPUs of
+    # 4 per server: four whole servers and one GPU. The first two racks hold the four but not
+    # the one; the first and the third hold both.
+    free = ((4, 4, 0), (4, 4, 0), (4, 4, 2))
+    picks = PackedPlacement().choose(free, 4, 1, 4, random.Random(0))
+    assert picks == ((0, 0, 4), (0, 1, 4), (2, 0, 4), (2, 1, 4), (2, 2, 1))
+    assert PackedPlacement().choose(free, 6, 1, 4, random.Random(0)) == (
+        (0, 0, 4),
+        (0, 1, 4),
+        (1, 0, 4),
+        (1, 1, 4),
+        (2, 0, 4),
+        (2, 1, 4),
+        (2, 2, 1),
+    )
+    assert PackedPlacement().choose(free, 6, 3, 4, random.Random(0)) is None
 
 
 def test_spread_deals_servers_round_robin_from_a_seeded_start() -> None:
@@ -129,9 +149,21 @@ def _feasible(free: dict[tuple[str, int], int], gpus: int, g: int) -> bool:
     return not rest or full > whole or any(rest <= f < g for f in free.values())
 
 
-@settings(max_examples=150, deadline=None)
+def _fewest_racks(
+    fabric: Fabric, free: dict[tuple[str, int], int], gpus: int, g: int
+) -> int | None:
+    """The fewest racks whose free servers hold the job, by trying every set of racks."""
+    tors = [t.name for t in fabric.tors]
+    for m in range(1, len(tors) + 1):
+        for racks in itertools.combinations(tors, m):
+            if _feasible({k: v for k, v in free.items() if k[0] in racks}, gpus, g):
+                return m
+    return None
+
+
+@settings(max_examples=300, deadline=None)
 @given(
-    racks=st.integers(1, 4),
+    racks=st.integers(1, 5),
     servers=st.integers(1, 4),
     g=st.sampled_from([1, 2, 4, 8]),
     policy=st.sampled_from(["packed", "spread"]),
@@ -158,12 +190,8 @@ def test_no_server_holds_more_than_it_has_and_free_gives_all_back(
             if placement is not None:
                 assert placement.gpus == gpus and len(placement.shares) == -(-gpus // g)
                 assert sum(s.gpus < g for s in placement.shares) <= 1
-                in_one = any(
-                    _feasible({k: v for k, v in before.items() if k[0] == tor.name}, gpus, g)
-                    for tor in fabric.tors
-                )
-                if policy == "packed" and in_one:
-                    assert len(placement.tors) == 1
+                if policy == "packed":
+                    assert len(placement.tors) == _fewest_racks(fabric, before, gpus, g)
         else:
             placer.free(job)
         free = placer.free_by_server()
