@@ -7,12 +7,19 @@ import itertools
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from scheduler.errors import PlacementError, UnknownName
 from scheduler.fabric import Fabric, two_level_fabric
-from scheduler.placement import PackedPlacement, Placement, Placer, Share, placement_names
+from scheduler.placement import (
+    PackedPlacement,
+    Placement,
+    Placer,
+    Share,
+    SpreadPlacement,
+    placement_names,
+)
 
 
 def _small(racks: int = 3) -> Fabric:
@@ -203,3 +210,37 @@ def test_no_server_holds_more_than_it_has_and_free_gives_all_back(
     for job in list(placer.placements):
         placer.free(job)
     assert set(placer.free_by_server().values()) == {g}
+
+
+@st.composite
+def _free_gpus(draw: st.DrawFn) -> tuple[tuple[tuple[int, ...], ...], int]:
+    g = draw(st.sampled_from([1, 2, 4, 8]))
+    racks = draw(st.integers(1, 5))
+    # Mostly whole free or full servers, as a busy fabric has, some half used.
+    server = st.one_of(st.just(g), st.just(0), st.integers(0, g))
+    free = tuple(tuple(draw(st.lists(server, min_size=1, max_size=4))) for _ in range(racks))
+    return free, g
+
+
+@settings(max_examples=400, deadline=None)
+@given(state=_free_gpus(), whole=st.integers(0, 8), part=st.integers(0, 7), seed=st.integers(0, 3))
+def test_a_policy_picks_free_servers_of_the_job_s_shape_whenever_there_are(
+    state: tuple[tuple[tuple[int, ...], ...], int], whole: int, part: int, seed: int
+) -> None:
+    free, g = state
+    rest = part % g
+    gpus = whole * g + rest
+    assume(gpus > 0)
+    as_map = {(f"tor{r}", i): f for r, rack in enumerate(free) for i, f in enumerate(rack)}
+    fabric = two_level_fabric(len(free), gpus_per_server=g)
+    for policy in (PackedPlacement(), SpreadPlacement()):
+        picks = policy.choose(free, whole, rest, g, random.Random(seed))
+        assert (picks is None) == (not _feasible(as_map, gpus, g))
+        if picks is None:
+            continue
+        assert sorted(n for _, _, n in picks) == sorted([g] * whole + ([rest] if rest else []))
+        assert len({(r, i) for r, i, _ in picks}) == len(picks)
+        assert all(n <= free[r][i] for r, i, n in picks)
+        if isinstance(policy, PackedPlacement):
+            racks = len({r for r, _, _ in picks})
+            assert racks == _fewest_racks(fabric, as_map, gpus, g)
