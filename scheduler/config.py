@@ -144,13 +144,16 @@ class UtilSample:
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
-    """One simulated run: per-job results, memory utilisation over time, event count."""
+    """One simulated run: per-job results, memory utilisation over time, event count;
+    `unfinished` jobs have no result, the `refused` among them (``(job_id, reason)``) were
+    rejected by the scheduler."""
 
     config: SimConfig
     jobs: tuple[JobResult, ...]
     utilisation: tuple[UtilSample, ...]
     events: int
     unfinished: int = 0
+    refused: tuple[tuple[int, str], ...] = ()
 
     def jct_summary(self) -> dict[str, float]:
         """``{"mean", "p50", "p95", "p99"}`` of JCT in seconds (NaN when no job finished)."""

@@ -126,7 +126,8 @@ class _FragmentSim:
             self.events += 1
             action()
         left = sum(1 for r in self.table.records.values() if r.state != JobState.FINISHED)
-        return RunResult(self.cfg, self.table.results(), tuple(self.util), self.events, left)
+        results, util, refused = self.table.results(), tuple(self.util), self.table.refused()
+        return RunResult(self.cfg, results, util, self.events, left, refused)
 
     # ------------------------------------------------------------------ job level
     def arrive(self, spec: JobSpec) -> None:

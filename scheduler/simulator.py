@@ -93,7 +93,7 @@ def simulate(jobs: Sequence[JobSpec], cfg: SimConfig) -> RunResult:
                 if cfg.job_setup_s > 0:
                     setup[rec.spec.job_id] = t_next + cfg.job_setup_s
     unfinished = sum(1 for r in table.records.values() if r.state != JobState.FINISHED)
-    return RunResult(cfg, table.results(), tuple(util), events, unfinished)
+    return RunResult(cfg, table.results(), tuple(util), events, unfinished, table.refused())
 
 
 def _reranks(policy: Policy) -> bool:
