@@ -12,10 +12,23 @@ from scheduler.jobs import JobResult
 from scheduler.memory import DEFAULT_WINDOW, Pool
 from scheduler.spec import PolicySpec
 
-__all__ = ["HEADER_BYTES", "PER_JOB", "PsProcesses", "RunResult", "SimConfig", "UtilSample"]
+__all__ = [
+    "HEADER_BYTES",
+    "PER_JOB",
+    "REORDER",
+    "PsProcesses",
+    "RunResult",
+    "SimConfig",
+    "UtilSample",
+]
 
 # 24-byte aggregation header (p4ctl.protocol.HEADER_SIZE) + UDP/IPv4/Ethernet with FCS.
 HEADER_BYTES = 24 + 8 + 20 + 18
+
+#: The worker client's fast retransmit (`workers.burst_io.REORDER`): a fragment overtaken by
+#: more than this many later results, and older than twice the smoothed RTT, is resent at
+#: once; one fewer than that from its iteration's end, only its timeout resends it.
+REORDER = 8
 
 #: `SimConfig.ps_processes` value for ATP's own deployment: one PS process per job.
 PER_JOB = "per-job"
