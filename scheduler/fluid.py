@@ -320,11 +320,10 @@ def _own_ps_cap(
     the loss shares, and how far it moved: near the knee the cap and the shares pull on each
     other, and undamped they settle into a cycle."""
     c, count = traffic.critical, jobs.count
-    target = (
-        np.divide(1.0, cfg.ps_fragment_s * c, out=np.full(count, np.inf), where=c > 0)
-        if jobs.own and not release
-        else np.full(count, np.inf)
-    )
+    if release or not jobs.own:
+        # No cap: the general case below would keep it at inf and its step sizes as they are.
+        return np.full(count, np.inf), _Damping(it.ps_cap_damping.step, np.zeros(count)), 0.0
+    target = np.divide(1.0, cfg.ps_fragment_s * c, out=np.full(count, np.inf), where=c > 0)
     before = it.ps_cap
     both = np.isfinite(target) & np.isfinite(before)
     gap = np.subtract(target, before, out=np.zeros(count), where=both)
@@ -539,10 +538,12 @@ def _round(
     traffic = _ps_traffic(cfg, release, jobs, it)
     q, a = traffic.ps_share, traffic.slot_base
     ps_cap, ps_cap_damping, moved_ps = _own_ps_cap(cfg, release, jobs, traffic, it)
+    capped = bool(np.isfinite(ps_cap).any())
     held_to = np.minimum(it.switch_cap, ps_cap)
     open_wait = _ps_wait(cfg, release, jobs, traffic, held_to, it.open_wait)
     rate = _rates(open_wait, q, a, win, fs, held_to)
-    wait = open_wait + _ps_overflow(cfg, traffic, open_wait, ps_cap)
+    # Without a cap nothing overflows (`_ps_overflow` would add exact zeros).
+    wait = open_wait + _ps_overflow(cfg, traffic, open_wait, ps_cap) if capped else open_wait
     # The wait has settled when its part of a fragment's slot (q x) has: near the PS's knee
     # the wait itself is steep in the loss shares, where q is small and the slot is not.
     delta = float(np.max(np.abs(q * (wait - it.wait)) / (a + q * wait)))
