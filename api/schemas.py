@@ -9,6 +9,7 @@ from datetime import datetime
 from ipaddress import IPv4Address
 from typing import Annotated, Any, Literal
 
+from p4ctl.protocol import MAX_WORKERS
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -22,6 +23,7 @@ from pydantic.config import JsonDict
 
 from scheduler.memory import JobState
 from scheduler.registry import policy_names, priority_names
+from scheduler.scheduler import too_wide
 from scheduler.spec import MAX_LEVELS
 from scheduler.workload import model_table
 
@@ -93,8 +95,6 @@ QueueReasonKind = Literal[
     "ps_unavailable",
     "tenant_quota",
 ]
-# The switch's contributor bitmap is 32 bits wide (p4ctl.protocol.MAX_WORKERS).
-MAX_WORKERS = 32
 MAX_ITERATIONS = 10_000_000
 # 16 GiB: the ceiling of the `max_gradient_bytes` setting. With it, what 32 workers of a job
 # can receive over its iterations (`MAX_WORKER_BYTES` each) still fits a 64-bit counter.
@@ -104,6 +104,14 @@ MAX_GRADIENT_BYTES = 2**34
 MAX_WORKER_BYTES = MAX_ITERATIONS * (MAX_GRADIENT_BYTES + 4096)
 # Request bodies are strict: "2" and true are not integers (and extra fields are refused).
 STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+def _fits_one_switch(workers: int) -> int:
+    # The scheduler's own refusal (`scheduler.too_wide`), so that both say the same.
+    why = too_wide(workers)
+    if why is not None:
+        raise ValueError(why)
+    return workers
 
 
 def _json_integer(value: object) -> object:
@@ -141,7 +149,11 @@ class JobCreate(BaseModel):
     )
 
     name: Name
-    n_workers: JsonInt = Field(ge=1, le=MAX_WORKERS, description="data-parallel workers (fan-in)")
+    n_workers: Annotated[JsonInt, AfterValidator(_fits_one_switch)] = Field(
+        ge=1,
+        description="data-parallel workers (fan-in); at most the switch's bitmap width",
+        json_schema_extra={"maximum": MAX_WORKERS},
+    )
     iterations: JsonInt = Field(ge=1, le=MAX_ITERATIONS)
     model: ModelName | None = Field(default=None, min_length=1, max_length=64)
     gradient_bytes: (

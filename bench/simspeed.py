@@ -3,6 +3,8 @@
     python -m bench.simspeed                    # Philly week under each policy + validation
     python -m bench.simspeed --workload philly,synthetic-10000 --speed-only --json speed.json
     python -m bench.simspeed --speed-only --set aggregators=1024 --set load=8 --set ps_gbps=100
+    python -m bench.simspeed --speed-only --policies esa-nopreempt,esa --set aggregators=2048 \
+        --set load=4
     python -m bench.simspeed --validate-only
 
 The JCT benchmark's parameters (`bench.jct.params.BenchParams`, ``--set`` to change one) are
@@ -37,9 +39,12 @@ TARGETS_S = {"philly": 30.0, "synthetic-10000": 120.0}
 POINT_TARGET_S = 120.0
 
 
-def speed(workload: str, params: BenchParams) -> dict[str, object]:
-    """Each policy on `workload` under `params`: CPU and wall seconds, events, JCT; and the
-    CPU total over its target (below 1: within it)."""
+def speed(
+    workload: str, params: BenchParams, policies: tuple[str, ...] | None = None
+) -> dict[str, object]:
+    """Each of `policies` (default: every registered policy) on `workload` under `params`:
+    CPU and wall seconds, events, JCT; and the CPU total over its target (below 1: within
+    it; all three policies only)."""
     jobs = with_load(load_workload(workload), params.load)
     print(f"{workload}: {len(jobs)} jobs")
     print(
@@ -47,7 +52,7 @@ def speed(workload: str, params: BenchParams) -> dict[str, object]:
         f"{'p99 JCT s':>12} {'in-switch':>9}"
     )
     rows = {}
-    for policy in policy_names():
+    for policy in policies or policy_names():
         cpu, start = time.process_time(), time.perf_counter()
         run = simulate(jobs, sim_config(policy, params))
         cpu, wall = time.process_time() - cpu, time.perf_counter() - start
@@ -55,11 +60,14 @@ def speed(workload: str, params: BenchParams) -> dict[str, object]:
         rows[policy] = {"cpu_s": cpu, "wall_s": wall, "events": run.events, **jct}
         print(
             f"{policy:8} {cpu:8.1f} {wall:8.1f} {run.events:8d} {run.events / cpu:8.0f} "
-            f"{jct['mean']:12.1f} {jct['p99']:12.1f} {run.switch_share():9.3f}"
+            f"{jct['mean']:12.1f} {jct['p99']:12.1f} {run.switch_share():9.3f}",
+            flush=True,
         )
     total = sum(float(r["cpu_s"]) for r in rows.values())
     point = params != BenchParams()
     target = POINT_TARGET_S if point else TARGETS_S.get(workload)
+    if policies is not None:
+        target = None
     ratio = total / target if target else None
     line = f"all policies: {total:.1f} CPU s"
     if ratio is not None:
@@ -123,6 +131,11 @@ def main(argv: list[str] | None = None) -> None:
         default=",".join(["light", *FAMILIES]),
         help="comma-separated validation families (default: all)",
     )
+    parser.add_argument(
+        "--policies",
+        help=f"comma-separated, for the speed figures (default: {','.join(policy_names())}; "
+        "ablations too)",
+    )
     parser.add_argument("--validate-only", action="store_true")
     parser.add_argument("--speed-only", action="store_true", help="no validation tables")
     parser.add_argument(
@@ -139,7 +152,8 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         parser.error(str(exc))
     if not args.validate_only:
-        figures = [speed(w.strip(), params) for w in args.workload.split(",") if w.strip()]
+        chosen = tuple(p.strip() for p in args.policies.split(",")) if args.policies else None
+        figures = [speed(w.strip(), params, chosen) for w in args.workload.split(",") if w.strip()]
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
     if not args.speed_only:

@@ -38,7 +38,7 @@ from scheduler.registry import (
     priority_names,
     register_policy,
 )
-from scheduler.scheduler import Scheduler
+from scheduler.scheduler import Scheduler, too_wide
 from scheduler.simulator import simulate
 from scheduler.snapshot import (
     Admit,
@@ -101,5 +101,6 @@ __all__ = [
     "register_priority",
     "simulate",
     "simulate_fragments",
+    "too_wide",
     "write_workload",
 ]

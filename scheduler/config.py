@@ -12,10 +12,23 @@ from scheduler.jobs import JobResult
 from scheduler.memory import DEFAULT_WINDOW, Pool
 from scheduler.spec import PolicySpec
 
-__all__ = ["HEADER_BYTES", "PER_JOB", "PsProcesses", "RunResult", "SimConfig", "UtilSample"]
+__all__ = [
+    "HEADER_BYTES",
+    "PER_JOB",
+    "REORDER",
+    "PsProcesses",
+    "RunResult",
+    "SimConfig",
+    "UtilSample",
+]
 
 # 24-byte aggregation header (p4ctl.protocol.HEADER_SIZE) + UDP/IPv4/Ethernet with FCS.
 HEADER_BYTES = 24 + 8 + 20 + 18
+
+#: The worker client's fast retransmit (`workers.burst_io.REORDER`): a fragment overtaken by
+#: more than this many later results, and older than twice the smoothed RTT, is resent at
+#: once; one fewer than that from its iteration's end, only its timeout resends it.
+REORDER = 8
 
 #: `SimConfig.ps_processes` value for ATP's own deployment: one PS process per job.
 PER_JOB = "per-job"
@@ -144,13 +157,16 @@ class UtilSample:
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
-    """One simulated run: per-job results, memory utilisation over time, event count."""
+    """One simulated run: per-job results, memory utilisation over time, event count;
+    `unfinished` jobs have no result, the `refused` among them (``(job_id, reason)``) were
+    rejected by the scheduler."""
 
     config: SimConfig
     jobs: tuple[JobResult, ...]
     utilisation: tuple[UtilSample, ...]
     events: int
     unfinished: int = 0
+    refused: tuple[tuple[int, str], ...] = ()
 
     def jct_summary(self) -> dict[str, float]:
         """``{"mean", "p50", "p95", "p99"}`` of JCT in seconds (NaN when no job finished)."""

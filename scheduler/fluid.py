@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.config import SimConfig
+from scheduler.config import REORDER, SimConfig
 from scheduler.memory import COPIES_PER_SLOT, partition_slots
 from scheduler.policy import Policy
 from scheduler.psdelay import PsLoad, Vec, solve_wait, sum_by
@@ -189,6 +189,9 @@ class _Contenders:
     level: npt.NDArray[np.intp]
     #: Length of the per-level sums: the highest level + 2 (`_above` reads one level past it).
     top: int
+    #: Whether any job's first window reaches into its last ``REORDER + 1`` fragments
+    #: (`_stranded`; with gradients of many windows none does).
+    strandable: bool
 
     @property
     def count(self) -> int:
@@ -201,10 +204,11 @@ def _contenders(cfg: SimConfig, jobs: Sequence[FlowJob], preempt: bool) -> _Cont
     servers: dict[int, int] = {}
     server = np.array([servers.setdefault(cfg.ps_of(i), len(servers)) for i in ids], dtype=np.intp)
     level = np.array([j.priority if preempt else 0 for j in jobs], dtype=np.intp)
+    frags = np.array([math.ceil(j.grad_bytes / cfg.payload_bytes) for j in jobs], np.float64)
     return _Contenders(
         ids=ids,
         workers=n,
-        frags=np.array([math.ceil(j.grad_bytes / cfg.payload_bytes) for j in jobs], np.float64),
+        frags=frags,
         iter_s=np.array([j.iter_time_s for j in jobs], dtype=np.float64),
         skew=cfg.worker_skew_s * (n - 1) / (n + 1),
         last=_last_start(cfg, n),
@@ -214,6 +218,7 @@ def _contenders(cfg: SimConfig, jobs: Sequence[FlowJob], preempt: bool) -> _Cont
         jobs_per_server=sum_by(server, None, len(servers)),
         level=level,
         top=int(level.max()) + 2,
+        strandable=bool(np.any(frags < cfg.window + REORDER + 1)),
     )
 
 
@@ -234,7 +239,8 @@ class _Iterate:
     which `solve_wait` solves for (None before any round, without a warm start);
     `switch_cap`, `ps_cap`: a worker's fragment rate allowed by its share of the switch and
     by its own PS process (inf: not known yet); the loss shares (bypass then evict) and
-    `ps_cap` are damped."""
+    `ps_cap` are damped; `rescue`: the rate at which higher levels' claims land on one
+    aggregator, evicting a partial sum of the job there (0 without preemption)."""
 
     bypass: Vec
     evict: Vec
@@ -245,6 +251,7 @@ class _Iterate:
     switch_cap: Vec
     ps_cap: Vec
     ps_cap_damping: _Damping
+    rescue: Vec
 
 
 def _first_iterate(jobs: _Contenders, start: Mapping[int, CommRate] | None) -> _Iterate:
@@ -262,6 +269,7 @@ def _first_iterate(jobs: _Contenders, start: Mapping[int, CommRate] | None) -> _
         switch_cap=unknown,
         ps_cap=unknown,
         ps_cap_damping=_Damping(np.ones(jobs.count), np.zeros(jobs.count)),
+        rescue=np.zeros(jobs.count),
     )
 
 
@@ -312,11 +320,10 @@ def _own_ps_cap(
     the loss shares, and how far it moved: near the knee the cap and the shares pull on each
     other, and undamped they settle into a cycle."""
     c, count = traffic.critical, jobs.count
-    target = (
-        np.divide(1.0, cfg.ps_fragment_s * c, out=np.full(count, np.inf), where=c > 0)
-        if jobs.own and not release
-        else np.full(count, np.inf)
-    )
+    if release or not jobs.own:
+        # No cap: the general case below would keep it at inf and its step sizes as they are.
+        return np.full(count, np.inf), _Damping(it.ps_cap_damping.step, np.zeros(count)), 0.0
+    target = np.divide(1.0, cfg.ps_fragment_s * c, out=np.full(count, np.inf), where=c > 0)
     before = it.ps_cap
     both = np.isfinite(target) & np.isfinite(before)
     gap = np.subtract(target, before, out=np.zeros(count), where=both)
@@ -396,6 +403,8 @@ def _occupancy(
         + jobs.last
         + _tail(release, frags, win, it.bypass, lost, slot - rtt, (n - 1) * cfg.ps_fragment_s)
     )
+    if jobs.strandable:
+        t = t + _stranded(cfg, jobs, it, t, slot)
     # How long a fragment's contributions take to all arrive: the workers' start skew
     # for the first window of an iteration; after that the leading worker can be at
     # most its window ahead, and when the window binds every worker sends its next
@@ -529,10 +538,12 @@ def _round(
     traffic = _ps_traffic(cfg, release, jobs, it)
     q, a = traffic.ps_share, traffic.slot_base
     ps_cap, ps_cap_damping, moved_ps = _own_ps_cap(cfg, release, jobs, traffic, it)
+    capped = bool(np.isfinite(ps_cap).any())
     held_to = np.minimum(it.switch_cap, ps_cap)
     open_wait = _ps_wait(cfg, release, jobs, traffic, held_to, it.open_wait)
     rate = _rates(open_wait, q, a, win, fs, held_to)
-    wait = open_wait + _ps_overflow(cfg, traffic, open_wait, ps_cap)
+    # Without a cap nothing overflows (`_ps_overflow` would add exact zeros).
+    wait = open_wait + _ps_overflow(cfg, traffic, open_wait, ps_cap) if capped else open_wait
     # The wait has settled when its part of a fragment's slot (q x) has: near the PS's knee
     # the wait itself is steep in the loss shares, where q is small and the slot is not.
     delta = float(np.max(np.abs(q * (wait - it.wait)) / (a + q * wait)))
@@ -548,9 +559,11 @@ def _round(
     delta = max(delta, float(np.max(np.abs(target.split - it.split))))
     bypass, evict, shares, far = _damp_shares(it, target)
     delta = max(delta, far)
+    rescue = target.claims_above[jobs.level] / cfg.pool.aggregators
     after = _Iterate(
-        bypass, evict, target.split, wait, open_wait, shares, switch_cap, ps_cap, ps_cap_damping
-    )
+        bypass, evict, target.split, wait, open_wait, shares, switch_cap, ps_cap, ps_cap_damping,
+        rescue,
+    )  # fmt: skip
     return after, _Round(occ, traffic, target.claims_above), delta
 
 
@@ -632,6 +645,33 @@ def _tail(
     share, extra = (lost, ps_part / np.maximum(lost, 1e-12)) if release else (bypass, batch)
     some = 1 - (1 - share) ** m
     return (some - share) * extra
+
+
+def _stranded(cfg: SimConfig, jobs: _Contenders, it: _Iterate, t: Vec, slot: Vec) -> Vec:
+    """What a split fragment that no fast retransmit can rescue adds to an iteration.
+
+    A split fragment (`_collisions`) waits for its workers to resend it. Fast retransmit
+    resends it once `REORDER` later results have arrived; of its iteration's last
+    ``REORDER + 1`` fragments none has that many, so their timeout does, `SimConfig.rto_s`
+    after the first (collided) contribution was sent, unless a higher level's claim evicts
+    the stuck partial sum to the PS first (`_Iterate.rescue`); the iteration ends a slot
+    after that if it had not yet. Splits happen in an iteration's first window only, so
+    this is the first window's fragments among the last ``REORDER + 1``: each split with
+    the first window's share ``split x F / min(F, W)``, the iteration stranded when any is."""
+    frags, win, split, rescue, rto = jobs.frags, cfg.window, it.split, it.rescue, cfg.rto_s
+    first = np.minimum(frags, win)
+    lo = np.maximum(0.0, frags - (REORDER + 1))
+    count = np.maximum(0.0, first - lo)
+    each = np.minimum(1.0, split * frags / first)
+    some = 1 - (1 - each) ** count
+    # The collided contribution is the earliest worker's, sent at line rate in the first
+    # window; the middle of the stranded range stands for where the split fragment sits.
+    sent = cfg.worker_skew_s / (jobs.workers + 1) + 0.5 * (lo + first - 1) * cfg.fragment_s
+    # Stuck until the timeout or the first evicting claim, whichever comes first.
+    rescued = -np.expm1(-rescue * rto)
+    stuck = np.divide(rescued, rescue, out=np.full(len(t), rto), where=rescue > 0)
+    out: Vec = some * np.maximum(0.0, sent + stuck + slot - t)
+    return out
 
 
 def _above(per_level: Vec) -> Vec:

@@ -38,18 +38,13 @@ from p4ctl.rule import (
 )
 
 from scheduler.clock import VirtualClock
-from scheduler.config import RunResult, SimConfig, UtilSample
+from scheduler.config import REORDER, RunResult, SimConfig, UtilSample
 from scheduler.jobs import JobRecord, JobTable
 from scheduler.memory import JobState
 from scheduler.scheduler import Scheduler
 from scheduler.workload import JobSpec
 
 __all__ = ["simulate_fragments"]
-
-
-# The worker client's fast retransmit (workers.client._REORDER): a fragment overtaken by more
-# than this many later results, and older than twice the smoothed RTT, is resent at once.
-_REORDER = 8
 
 
 @dataclass(slots=True)
@@ -126,7 +121,8 @@ class _FragmentSim:
             self.events += 1
             action()
         left = sum(1 for r in self.table.records.values() if r.state != JobState.FINISHED)
-        return RunResult(self.cfg, self.table.results(), tuple(self.util), self.events, left)
+        results, util, refused = self.table.results(), tuple(self.util), self.table.refused()
+        return RunResult(self.cfg, results, util, self.events, left, refused)
 
     # ------------------------------------------------------------------ job level
     def arrive(self, spec: JobSpec) -> None:
@@ -243,7 +239,7 @@ class _FragmentSim:
         now = self.clock.now()
         patience = 2 * worker.srtt if worker.srtt is not None else self.timeout_s
         for seq, sent in worker.sent_at.items():  # insertion order: first-send order
-            if seq >= answered - _REORDER:
+            if seq >= answered - REORDER:
                 return
             if seq not in worker.resent and now - sent > patience:
                 self.send(run, w, seq)

@@ -48,6 +48,7 @@ class JobRecord:
     preemptions_suffered: float = 0.0
     preemptions_caused: float = 0.0
     decisions: list[Decision] = field(default_factory=list)
+    refused: str | None = None  # why the policy rejected the job (`Reject`)
 
     def view(self) -> JobView:
         return JobView(
@@ -144,6 +145,8 @@ class JobTable:
         if state.terminal:
             rec.finished_s = now
             self.live.pop(job_id, None)
+        if state == JobState.FAILED:
+            rec.refused = reason or "failed"
 
     def set_reason(self, job_id: int, why: Waiting) -> bool:
         return False  # a simulation reports no reasons
@@ -173,6 +176,14 @@ class JobTable:
     def finish(self, now: float, rec: JobRecord) -> None:
         self.applier.transition(self, rec.spec.job_id, JobState.FINISHED, now=now)
         self.decide(now, extra=[rec])
+
+    def refused(self) -> tuple[tuple[int, str], ...]:
+        """``(job_id, reason)`` of each job the policy rejected, by job id."""
+        return tuple(
+            (job_id, rec.refused)
+            for job_id, rec in sorted(self.records.items())
+            if rec.refused is not None
+        )
 
     def results(self) -> tuple[JobResult, ...]:
         """Results of finished jobs, by job id."""

@@ -1,12 +1,12 @@
 """Validation of the aggregate model (`scheduler.simulator`) against the fragment-level one
 (`scheduler.fragsim`) on small cases: same jobs, same config, both simulators.
 
-`cases` and `small_cases` draw seeded cases (2-6 jobs, 2-8 workers, 16-96 fragments per
-iteration, pools of 64-256 aggregators) in `FAMILIES`, each stressing one regime: light load,
-memory that binds (the jobs' windows 4-6x the pool), per-job PS processes loaded to 0.6 and
-0.9 (`ps_bps_for_load`), both at once, one PS shared by many jobs, and 16 priority levels with
-aging. `validate` runs both simulators on each case and reports the relative error of mean JCT
-and the absolute error of the in-switch byte share, the fragment-level model as reference.
+`cases` and `small_cases` draw seeded cases in `FAMILIES`, each stressing one regime: light
+load, memory that binds, per-job PS processes loaded to 0.6 and 0.9 (`ps_bps_for_load`), both
+at once, one PS shared by many jobs, 16 priority levels with aging, and memory binding among
+jobs of 2, 4 and 8 workers arriving at once. `validate` runs both simulators on each case and
+reports the relative error of mean JCT and the absolute error of the in-switch byte share, the
+fragment-level model (the mean of `REFERENCE_RUNS` seeds where one is too noisy) as reference.
 
 The fluid model's goal is `BOUND` on every case and policy; `FAMILY_BOUNDS` states the bound
 each family is held to (``tests/scheduler/test_validate.py``) and, where it is above `BOUND`,
@@ -17,6 +17,7 @@ table; ``docs/validation.md`` states the current figures.
 from __future__ import annotations
 
 import random
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import cast
@@ -33,6 +34,7 @@ __all__ = [
     "BOUND",
     "FAMILIES",
     "FAMILY_BOUNDS",
+    "REFERENCE_RUNS",
     "CaseError",
     "Case",
     "cases",
@@ -63,7 +65,14 @@ FAMILY_BOUNDS: dict[str, float] = {
     "memory+ps-0.9": 0.11,
     "levels": BOUND,
     "shared-ps": 0.08,
+    "mixed-widths": BOUND,
 }
+
+#: Runs of the fragment-level model averaged for each case of a family (seeds ``seed``,
+#: ``seed + 1``, ...), where one run is too noisy a reference: in "mixed-widths" a stranded
+#: split fragment costs an iteration a whole timeout, and with 2-4 iterations per job one
+#: run's mean JCT moves by up to 12% with the seed alone (the fluid model is its expectation).
+REFERENCE_RUNS: dict[str, int] = {"mixed-widths": 8}
 
 Case = tuple[tuple[JobSpec, ...], SimConfig]
 _PER_JOB = cast(PsProcesses, PER_JOB)  # ATP's deployment, the JCT benchmark's default
@@ -210,6 +219,31 @@ def _shared_ps(rng: random.Random) -> Case:
     return jobs, cfg
 
 
+def _mixed_widths(rng: random.Random) -> Case:
+    """Memory binds among jobs of mixed widths: a pool of 32 or 48 aggregators and 6 jobs of
+    window 16, two each of 2, 4 and 8 workers, all arriving at once for 2-4 iterations of
+    1-4 windows of fragments (compute 20-100 us); per-job PS processes at 25 Gbps. Short
+    gradients put an iteration's first window among its last fragments, where a split
+    fragment waits for its timeout (`scheduler.fluid._stranded`)."""
+    pool, window = rng.choice((32, 48)), 16
+    jobs = tuple(
+        JobSpec(
+            job_id=i,
+            arrival_s=0.0,
+            workers=(2, 4, 8)[i % 3],
+            model="small",
+            grad_bytes=256 * rng.randint(window, 4 * window),
+            iter_time_s=rng.uniform(2e-5, 1e-4),
+            iterations=rng.randint(2, 4),
+        )
+        for i in range(6)
+    )
+    cfg = SimConfig(
+        pool=Pool(pool), window=window, seed=rng.randrange(99), ps_processes=_PER_JOB, ps_bps=25e9
+    )
+    return jobs, cfg
+
+
 #: Seeded case families: name -> (what it covers, one case from an rng).
 FAMILIES: dict[str, tuple[str, Callable[[random.Random], Case]]] = {
     "memory": ("memory binds: combined windows 4-6x the pool", _memory),
@@ -218,6 +252,7 @@ FAMILIES: dict[str, tuple[str, Callable[[random.Random], Case]]] = {
     "memory+ps-0.9": ("both: memory binds, PS loaded to 0.9", lambda r: _memory(r, 0.9)),
     "levels": ("16 priority levels, one more per 3 us starved", _levels),
     "shared-ps": ("one PS process shared by 8-12 jobs at 20-40 Gbps", _shared_ps),
+    "mixed-widths": ("memory binds, 2/4/8 workers arriving at once, 2-4 iterations", _mixed_widths),
 }
 
 
@@ -239,20 +274,22 @@ def validate(
     family: str = "light",
 ) -> list[CaseError]:
     """Both simulators on `cases(family, count, seed)` under each of `policies` (default:
-    every registered policy, `scheduler.registry.policy_names`)."""
+    every registered policy, `scheduler.registry.policy_names`); the fragment-level model's
+    figures are the mean of `REFERENCE_RUNS` runs where the family has more than one."""
     out = []
     for policy in policy_names() if policies is None else policies:
         for i, (jobs, base) in enumerate(cases(family, count, seed)):
             cfg = replace(base, spec=replace(base.spec, policy=policy))
-            frag = simulate_fragments(jobs, cfg)
+            runs = REFERENCE_RUNS.get(family, 1)
+            frags = [simulate_fragments(jobs, replace(cfg, seed=cfg.seed + k)) for k in range(runs)]
             agg = simulate(jobs, cfg)
             out.append(
                 CaseError(
                     policy,
                     i,
-                    frag.jct_summary()["mean"],
+                    statistics.fmean(f.jct_summary()["mean"] for f in frags),
                     agg.jct_summary()["mean"],
-                    frag.switch_share(),
+                    statistics.fmean(f.switch_share() for f in frags),
                     agg.switch_share(),
                     family,
                 )

@@ -427,10 +427,15 @@ def _summary(
     runs: Sequence[PolicyRun],
 ) -> dict[str, Any]:
     """summary.json's document: the summaries, ratios and parameters, the ablation's
-    decomposition when there is one, and the emulation's CPU figures when it ran."""
+    decomposition when there is one, the jobs each policy refused, and the emulation's CPU
+    figures when it ran."""
     document = summary_document(summaries, ratio, parameters)
     if decomposition is not None:
         document["decomposition"] = {k: finite(v) for k, v in decomposition.as_dict().items()}
+    if any(r.refused for r in runs):
+        document["refused"] = {
+            r.policy: [{"job_id": job_id, "reason": why} for job_id, why in r.refused] for r in runs
+        }
     cpu = {r.policy: r.cpu for r in runs if r.cpu is not None}
     if cpu:
         document["emu_cpu"] = {

@@ -131,6 +131,7 @@ def render_report(
     lines = _heading(command, workload, backend, n_jobs, list(summaries), warning)
     lines += _results(summaries, ratios)
     lines += _targets_and_time(summaries, ideal_avg, runs)
+    lines += _refused(runs)
     lines += _measured(runs)
     if ideal_avg:
         lines += [
@@ -224,6 +225,23 @@ def _targets_and_time(
             f"| {run.policy} | {d.compute_s:,.1f} | {d.queue_s:,.1f} | {d.comm_s:,.1f} | "
             f"{d.preemptions_suffered:,.0f} | {d.unfinished} |"
         )
+    return lines
+
+
+def _refused(runs: Sequence[PolicyRun]) -> list[str]:
+    """The jobs a policy refused and why, once for the jobs every policy refused alike;
+    they have no JCT and are in no figure above."""
+    if not any(run.refused for run in runs):
+        return []
+    common = set.intersection(*(set(run.refused) for run in runs))
+    lines = ["", "## Refused jobs (no JCT, in no figure above)", ""]
+    lines += [f"- job {job_id}, under every policy: {why}" for job_id, why in sorted(common)]
+    for run in runs:
+        lines += [
+            f"- job {job_id}, under {run.policy}: {why}"
+            for job_id, why in run.refused
+            if (job_id, why) not in common
+        ]
     return lines
 
 

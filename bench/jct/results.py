@@ -70,7 +70,8 @@ class PolicyRun:
 
     `utilisation` is ``(t, share of aggregators not free)`` points of a step function, for the
     plot; `memory_utilisation` its exact time average over the run; `unfinished` counts jobs
-    that never finished (rejected, or cut off), which have no row in `jobs`. `ps_load`
+    that never finished (rejected, or cut off), which have no row in `jobs`; `refused` is
+    ``(job_id, reason)`` of each rejected one (``--sim`` only). `ps_load`
     (``--sim`` only) is the PS processes' offered load as a share of their capacity;
     `dataplane` (``--emu`` only) the switch's per-job counters summed over the jobs
     (``job_aggregated``, ``job_bypassed``, ``job_preempted``, ``job_evicted``, ``job_resent``);
@@ -85,6 +86,7 @@ class PolicyRun:
     ps_load: PsLoad | None = None
     dataplane: Mapping[str, int] | None = None
     cpu: CpuUse | None = None
+    refused: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from bench.jct.results import JobOutcome, PolicyRun, PsLoad
 from scheduler.config import RunResult, SimConfig
 from scheduler.fluid import FlowJob, comm_rates
 from scheduler.registry import make_policy
+from scheduler.scheduler import too_wide
 from scheduler.simulator import simulate
 from scheduler.workload import JobSpec
 
@@ -64,7 +65,13 @@ def to_policy_run(policy: str, jobs: Sequence[JobSpec], result: RunResult) -> Po
     span = sum(e - s for s, e, _ in busy)
     mean = sum((e - s) * v for s, e, v in busy) / span if span > 0 else 0.0
     return PolicyRun(
-        policy, tuple(rows), _plot_points(busy), mean, result.unfinished, _ps_load(result)
+        policy,
+        tuple(rows),
+        _plot_points(busy),
+        mean,
+        result.unfinished,
+        _ps_load(result),
+        refused=result.refused,
     )
 
 
@@ -98,11 +105,14 @@ def _plot_points(busy: list[tuple[float, float, float]]) -> tuple[tuple[float, f
 def ideal_jct(jobs: Sequence[JobSpec], params: BenchParams) -> dict[int, float]:
     """``{job_id: seconds}``: each job alone on the switch, every byte aggregated in it at line
     rate and no queueing. No memory policy can give a job a shorter JCT under this model, so
-    ``baseline avg JCT / mean of these`` bounds any policy's speed-up over the baseline."""
+    ``baseline avg JCT / mean of these`` bounds any policy's speed-up over the baseline.
+    A job the scheduler refuses under every policy (`too_wide`) has none."""
     cfg = sim_config("static", params)
     policy = make_policy(cfg.spec)
     out = {}
     for j in jobs:
+        if too_wide(j.workers) is not None:
+            continue
         alone = comm_rates(cfg, policy, [FlowJob(j.job_id, j.workers, j.grad_bytes, j.iter_time_s)])
         out[j.job_id] = j.iterations * (j.iter_time_s + alone[j.job_id].t_comm_s)
     return out

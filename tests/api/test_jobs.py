@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from p4ctl.protocol import MAX_WORKERS
+
+from scheduler.scheduler import too_wide
 from tests.api.conftest import Api, decided, wait_for
 
 
@@ -74,7 +77,7 @@ def test_bad_fields_are_422_naming_field_and_reason(api: Api) -> None:
     assert response.status_code == 422
     (error,) = response.json()["detail"]
     assert error["loc"] == ["body", "n_workers"]
-    assert "32" in error["msg"]
+    assert "32" in error["msg"] and "bitmap" in error["msg"]
     body = {"name": "x", "n_workers": 2, "iterations": 1, "model": "NoSuchNet"}
     response = api.client.post("/jobs", json=body, headers=api.auth())
     assert response.status_code == 422
@@ -85,6 +88,19 @@ def test_bad_fields_are_422_naming_field_and_reason(api: Api) -> None:
     assert response.status_code == 422
     (error,) = response.json()["detail"]
     assert error["loc"] == ["body", "gradient_bytes"] and "multiple of 4" in error["msg"]
+
+
+def test_job_wider_than_the_switch_bitmap_is_422_naming_the_limit(api: Api) -> None:
+    # A Philly job of 64 GPUs: the service refuses it as the simulators do, in the same words.
+    body = {"name": "wide", "n_workers": 64, "iterations": 1, "gradient_bytes": 8}
+    response = api.client.post("/jobs", json=body, headers=api.auth())
+    assert response.status_code == 422
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["body", "n_workers"]
+    assert too_wide(64) is not None and too_wide(64) in error["msg"]
+    assert api.client.get("/jobs", headers=api.auth()).json()["total"] == 0
+    schema = api.client.get("/openapi.json").json()["components"]["schemas"]["JobCreate"]
+    assert schema["properties"]["n_workers"]["maximum"] == MAX_WORKERS
 
 
 def test_oversized_body_is_413(api: Api) -> None:

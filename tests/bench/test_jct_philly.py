@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from bench.jct.cli import main
+from scheduler.registry import ablation_names, policy_names
+from scheduler.scheduler import too_wide
 from scheduler.workload import philly_jobs
 
 BUNDLED = Path(__file__).resolve().parents[2] / "scheduler" / "data" / "jobs_philly.csv"
@@ -44,3 +46,29 @@ def test_a_bad_philly_trace_is_one_line(tmp_path: Path, capsys: pytest.CaptureFi
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"{trace}: not in the Philly trace's format, no column job_id" in err
+
+
+def test_a_philly_job_wider_than_the_switch_is_refused_under_every_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A Philly job of 64 GPUs (a later week of the trace has one); one switch counts 32.
+    trace = tmp_path / "wide.csv"
+    trace.write_text(
+        "job_id,submit_time,arrival_s,num_gpus,num_workers,servers_8gpu,duration_s,gpu_hours,vc\n"
+        "0,2017-12-04 00:00:10,10,4,4,1,60,0.067,ee9e8c\n"
+        "1,2017-12-04 00:00:20,20,64,64,8,90,1.6,ee9e8c\n"
+        "2,2017-12-04 00:00:30,30,8,8,1,75,0.167,6214e9\n"
+    )
+    out = tmp_path / "out"
+    policies = ",".join(policy_names() + ablation_names())
+    argv = ["--workload", f"philly:{trace}", "--policies", policies, "--out", str(out)]
+    assert main([*argv, "--quiet"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    why = too_wide(64)
+    assert why is not None
+    doc = json.loads((out / "summary.json").read_text())
+    assert set(doc["refused"]) == set(policy_names() + ablation_names())
+    assert all(jobs == [{"job_id": 1, "reason": why}] for jobs in doc["refused"].values())
+    with open(out / "jobs.csv", newline="") as f:
+        assert {int(r["job_id"]) for r in csv.DictReader(f)} == {0, 2}
+    assert f"- job 1, under every policy: {why}" in (out / "report.md").read_text()

@@ -46,3 +46,12 @@ def test_a_heatmap_point_is_timed_against_the_point_target(tmp_path: Path) -> No
     [figures] = json.loads(out.read_text())
     assert figures["params"]["aggregators"] == 1024 and figures["params"]["load"] == 4.0
     assert figures["over_target"] == pytest.approx(figures["cpu_s"] / POINT_TARGET_S)
+
+
+def test_speed_times_the_policies_asked_for_ablations_too(tmp_path: Path) -> None:
+    out = tmp_path / "some.json"
+    argv = ["--workload", "synthetic-20", "--speed-only", "--json", str(out)]
+    main([*argv, "--policies", "esa-nopreempt,esa", "--set", "aggregators=2048"])
+    [figures] = json.loads(out.read_text())
+    assert list(figures["policies"]) == ["esa-nopreempt", "esa"]
+    assert figures["target_s"] is None  # the targets are for all three policies together

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
@@ -9,11 +10,12 @@ from scheduler.config import PER_JOB, SimConfig
 from scheduler.fluid import FlowJob, comm_rates
 from scheduler.fragsim import simulate_fragments
 from scheduler.memory import Pool
-from scheduler.registry import make_policy
+from scheduler.registry import ablation_names, make_policy, policy_names
+from scheduler.scheduler import too_wide
 from scheduler.simulator import simulate
 from scheduler.spec import PolicySpec
 from scheduler.validate import validate
-from scheduler.workload import load_workload
+from scheduler.workload import load_workload, synthetic_jobs
 
 from .conftest import spec
 
@@ -142,4 +144,37 @@ def test_a_policy_that_does_not_preempt_needs_no_round_at_a_progress_mark(
     cfg = SimConfig(spec=PolicySpec(policy), pool=Pool(aggregators))
     skipping = simulate(jobs, cfg)
     monkeypatch.setattr(simulator, "_reranks", lambda policy: True)
+    assert simulate(jobs, cfg) == skipping
+
+
+@pytest.mark.parametrize("sim", [simulate, simulate_fragments])
+@pytest.mark.parametrize("policy", policy_names() + ablation_names())
+def test_a_job_wider_than_the_switch_bitmap_is_refused_and_the_others_run(
+    sim: object, policy: str
+) -> None:
+    # A Philly job of 64 GPUs, one worker per GPU, between two jobs one switch can serve.
+    jobs = (spec(0), spec(1, arrival_s=1e-4, workers=64), spec(2, arrival_s=2e-4, workers=32))
+    cfg = SimConfig(spec=PolicySpec(policy), pool=Pool(64), window=8)
+    run = sim(jobs, cfg)  # type: ignore[operator]
+    assert [j.job_id for j in run.jobs] == [0, 2]
+    assert run.unfinished == 1
+    assert run.refused == ((1, too_wide(64)),)
+    assert too_wide(32) is None and "bitmap is 32 bits wide" in str(too_wide(64))
+
+
+@pytest.mark.parametrize("policy", ["static", "esa", "esa-norelease"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_round_a_finish_ran_stands_for_its_event(
+    policy: str, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A finish decides at once; the event's own round is skipped when no job changed since.
+    # Running that round anyway must give the same run, to the byte, on random workloads.
+    rng = random.Random(seed)
+    jobs = [
+        replace(j, arrival_s=j.arrival_s * rng.uniform(0.05, 0.3))
+        for j in synthetic_jobs(30, seed=seed, load=rng.uniform(0.5, 4))
+    ]
+    cfg = SimConfig(spec=PolicySpec(policy), pool=Pool(rng.choice((256, 1024, 4096))), seed=seed)
+    skipping = simulate(jobs, cfg)
+    monkeypatch.setattr(simulator, "_decided", lambda fresh: False)
     assert simulate(jobs, cfg) == skipping

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from scheduler.config import PER_JOB, SimConfig
+from scheduler.config import PER_JOB, REORDER, SimConfig
 from scheduler.fluid import FlowJob, comm_rates
 from scheduler.memory import Pool
 from scheduler.registry import make_policy
@@ -16,10 +16,12 @@ from scheduler.validate import (
     BOUND,
     FAMILIES,
     FAMILY_BOUNDS,
+    REFERENCE_RUNS,
     cases,
     ps_bps_for_load,
     validate,
 )
+from workers import burst_io
 
 
 def test_the_cases_are_seeded() -> None:
@@ -123,3 +125,34 @@ def test_a_lone_esa_job_is_held_by_its_window_as_a_static_one() -> None:
     assert esa.bypass == 0
     assert esa.t_comm_s == pytest.approx(static.t_comm_s, rel=1e-6)
     assert esa.t_comm_s > 400 * cfg.rtt_s / cfg.window
+
+
+def test_mixed_width_cases_bind_memory_with_jobs_of_2_4_and_8_workers_arriving_at_once() -> None:
+    for jobs, cfg in cases("mixed-widths", 4):
+        assert sorted(j.workers for j in jobs) == [2, 2, 4, 4, 8, 8]
+        assert {j.arrival_s for j in jobs} == {0.0}
+        assert all(2 <= j.iterations <= 4 for j in jobs)
+        assert len(jobs) * cfg.window >= 2 * cfg.pool.aggregators
+    assert REFERENCE_RUNS["mixed-widths"] > 1
+
+
+def test_the_fast_retransmit_threshold_is_the_worker_clients() -> None:
+    assert REORDER == burst_io.REORDER
+
+
+@pytest.mark.parametrize("fragments, stranded", [(19, True), (64, False)])
+def test_a_split_fragment_among_an_iterations_last_waits_for_its_timeout(
+    fragments: int, stranded: bool
+) -> None:
+    # Memory binds under atp, so some first-window fragments split. Within REORDER + 1 of the
+    # iteration's end no fast retransmit resends them and the timeout does: a longer timeout
+    # makes the allreduce longer. Further from the end it does not matter.
+    jobs = [FlowJob(i, (2, 4, 8)[i % 3], 256 * fragments, 5e-5) for i in range(6)]
+    policy = make_policy(PolicySpec("atp"))
+    base = SimConfig(pool=Pool(32), window=16, ps_processes=PER_JOB, ps_bps=25e9)
+    short = comm_rates(replace(base, resend_timeout_s=20e-6), policy, jobs)
+    long = comm_rates(replace(base, resend_timeout_s=200e-6), policy, jobs)
+    for job in jobs:
+        assert short[job.job_id].bypass > 0.05
+        longer = long[job.job_id].t_comm_s > 1.2 * short[job.job_id].t_comm_s
+        assert longer == stranded, (job, short[job.job_id], long[job.job_id])
