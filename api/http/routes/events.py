@@ -8,7 +8,6 @@ connection while it is open, no per-stream work per event. A tenant holds at mos
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -24,6 +23,7 @@ router = APIRouter(tags=["events"])
 
 # Proxies close idle connections after about a minute; a comment line keeps the stream open.
 KEEPALIVE_S = 15.0
+KEEPALIVE = b": keepalive\n\n"
 # How long a refused stream should wait before it tries again.
 RETRY_AFTER_S = 10
 
@@ -43,9 +43,11 @@ async def stream(
     token: Annotated[str, Depends(stream_token)],
     service: ServiceDep,
 ) -> StreamingResponse:
-    """``event: switch`` (the /switch payload as the caller sees it, at least once a second),
-    ``event: job`` (a JobPublic of the caller's whenever it changes), ``event: bench`` (a run
-    the caller's tenant stored). An admin token gets every tenant's jobs, runs and counters."""
+    """``event: switch`` (the /switch payload as the caller sees it: first, then whenever it
+    changes), ``event: job`` (a JobPublic of the caller's whenever it changes), ``event:
+    bench`` (a run the caller's tenant stored). Events come in batches of up to `FLUSH_S`; an
+    idle stream gets a comment line every `KEEPALIVE_S`. An admin token gets every tenant's
+    jobs, runs and counters."""
     bus = service.events
     try:
         sub = bus.subscribe(
@@ -70,20 +72,19 @@ async def stream(
         bus.unsubscribe(sub)
         raise
 
-    async def body() -> AsyncIterator[str]:
+    async def body() -> AsyncIterator[bytes]:
         try:
             yield first
             while True:
-                try:
-                    text = await asyncio.wait_for(sub.queue.get(), KEEPALIVE_S)
-                except TimeoutError:
-                    if await request.is_disconnected():
-                        return
-                    yield ": keepalive\n\n"
-                    continue
-                if text is None:
+                chunk = await sub.read(KEEPALIVE_S)
+                if chunk is None:
                     return
-                yield text
+                if chunk:
+                    yield chunk
+                elif await request.is_disconnected():
+                    return
+                else:
+                    yield KEEPALIVE
         finally:
             bus.unsubscribe(sub)
 
