@@ -221,6 +221,8 @@ class EventBus:
         _uncount(self._per_tenant, sub.tenant_id)
         _uncount(self._audiences, sub.audience)
         _uncount(self._loops, sub.loop)
+        if not self._subs:  # what the next stream saw first is not known here
+            self._last_switch = None
         return True
 
     @property
@@ -320,6 +322,7 @@ class EventBus:
             for counts in (self._per_tenant, self._audiences, self._loops):
                 counts.clear()
             self._pending.clear()
+            self._last_switch = None
         self._end(subs)
 
     def _end(self, subs: Collection[Subscription]) -> None:
