@@ -30,6 +30,8 @@ from typing import Any
 __all__ = [
     "FLUSH_S",
     "FLUSH_SLICE",
+    "KEEPALIVE",
+    "KEEPALIVE_S",
     "MAX_UNREAD_BYTES",
     "STREAM_CHECK_S",
     "Event",
@@ -53,6 +55,10 @@ FLUSH_S = 0.5
 FLUSH_SLICE = 50
 # A stream that has not read this much loses its oldest chunks.
 MAX_UNREAD_BYTES = 1 << 20
+# Proxies close idle connections after about a minute: a stream that got nothing for this long
+# gets a comment line.
+KEEPALIVE_S = 15.0
+KEEPALIVE = b": keepalive\n\n"
 
 # Who reads the same bytes: a tenant's streams (its id), or every admin's (None).
 Audience = int | None
@@ -97,22 +103,20 @@ class Subscription:
     _chunks: deque[bytes] = field(default_factory=deque)
     _unread: int = 0
     _ended: bool = False
+    # Nothing offered since the last keepalive round.
+    _quiet: bool = True
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def audience(self) -> Audience:
         return None if self.admin else self.tenant_id
 
-    async def read(self, timeout: float) -> bytes | None:
-        """Everything queued since the last read, as one chunk; ``b""`` when `timeout` passed
-        with nothing queued; None once the stream has ended."""
+    async def read(self) -> bytes | None:
+        """Everything queued since the last read, as one chunk (waits for some); None once the
+        stream has ended."""
         if not self._chunks and not self._ended:
             self._wake.clear()
-            try:
-                async with asyncio.timeout(timeout):
-                    await self._wake.wait()
-            except TimeoutError:
-                return b""
+            await self._wake.wait()
         if self._ended:
             return None
         chunk = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
@@ -121,6 +125,7 @@ class Subscription:
         return chunk
 
     def _offer(self, chunk: bytes) -> None:
+        self._quiet = False
         self._chunks.append(chunk)
         self._unread += len(chunk)
         while self._unread > MAX_UNREAD_BYTES and len(self._chunks) > 1:
@@ -172,7 +177,8 @@ def _end_all(subs: Collection[Subscription]) -> None:
 class EventBus:
     """Thread-safe publish; `subscribe` must be called from the subscriber's event loop.
     `max_per_tenant` 0 means no limit; without `tenant_view` a tenant sees switch events whole
-    (an in-process bus of a test or a benchmark). `flush_s`: see `FLUSH_S`."""
+    (an in-process bus of a test or a benchmark). `flush_s`, `keepalive_s`: see `FLUSH_S`,
+    `KEEPALIVE_S`."""
 
     def __init__(
         self,
@@ -180,10 +186,13 @@ class EventBus:
         max_per_tenant: int = 0,
         tenant_view: TenantView | None = None,
         flush_s: float = FLUSH_S,
+        keepalive_s: float = KEEPALIVE_S,
     ) -> None:
         self.max_per_tenant = max_per_tenant
         self.tenant_view = tenant_view
         self.flush_s = flush_s
+        self.keepalive_s = keepalive_s
+        self._keeping_alive: set[asyncio.AbstractEventLoop] = set()
         self._lock = threading.Lock()
         self._subs: set[Subscription] = set()
         self._per_tenant: Counter[int] = Counter()
@@ -208,6 +217,10 @@ class EventBus:
             self._per_tenant[tenant_id] += 1
             self._audiences[sub.audience] += 1
             self._loops[sub.loop] += 1
+            arm = sub.loop not in self._keeping_alive
+            self._keeping_alive.add(sub.loop)
+        if arm:
+            sub.loop.call_later(self.keepalive_s, self._keepalive, sub.loop)
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
@@ -304,6 +317,20 @@ class EventBus:
         offers = [(sub, chunks[sub.audience]) for sub in subs if sub.audience in chunks]
         _offer_slices(loop, offers, 0)
 
+    def _keepalive(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On `loop`, every `keepalive_s` while it has streams: a comment to each stream that
+        was offered nothing since the last time (one timer a loop, not one a stream)."""
+        with self._lock:
+            subs = [sub for sub in self._subs if sub.loop is loop]
+            if not subs:
+                self._keeping_alive.discard(loop)
+                return
+        for sub in subs:
+            if sub._quiet:
+                sub._offer(KEEPALIVE)
+            sub._quiet = True
+        loop.call_later(self.keepalive_s, self._keepalive, loop)
+
     def end_streams(self, digests: Collection[str]) -> int:
         """End the streams whose token digest is among `digests`; returns how many ended."""
         wanted = set(digests)
@@ -322,6 +349,7 @@ class EventBus:
             for counts in (self._per_tenant, self._audiences, self._loops):
                 counts.clear()
             self._pending.clear()
+            self._keeping_alive.clear()
             self._last_switch = None
         self._end(subs)
 
@@ -336,6 +364,7 @@ class EventBus:
     def _forget_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:
             self._pending.pop(loop, None)
+            self._keeping_alive.discard(loop)
             for sub in [sub for sub in self._subs if sub.loop is loop]:
                 self._drop(sub)
 

@@ -198,8 +198,10 @@ class Service:
         coordinator = self.coordinator_
         if coordinator is not None and self.leading:
             coordinator.active.written(job.id for job in jobs)
-            coordinator.reschedule(wait=False)
+            # Published before the round is asked for: the round's newer state of a job must
+            # come after (of pending events of one job, the stream gets the last published).
             coordinator.publish_jobs(jobs)
+            coordinator.reschedule(wait=False)
 
     def _stand_by(self) -> None:
         """The read-only view of a standby: a coordinator that never starts, on the switch as

@@ -115,10 +115,18 @@ def _subscribe(
     return bus.subscribe(tenant_id=tenant_id, admin=admin, digest=digest)
 
 
+async def _read(sub: Subscription) -> bytes | None:
+    """What `sub` reads now: ``b""`` when nothing is queued for it."""
+    try:
+        return await asyncio.wait_for(sub.read(), 0.01)
+    except TimeoutError:
+        return b""
+
+
 async def _flushed(subs: list[Subscription]) -> list[bytes | None]:
     """What each of `subs` reads once the bus (``flush_s=0``) has flushed."""
     await asyncio.sleep(0.05)  # the loop runs the flush, and every slice of it
-    return [await sub.read(0.01) for sub in subs]
+    return [await _read(sub) for sub in subs]
 
 
 def test_a_switch_event_is_viewed_and_encoded_once_per_tenant_however_many_streams() -> None:
@@ -210,12 +218,26 @@ def test_a_stream_that_does_not_read_loses_its_oldest_chunks(
         for i in range(10):
             bus.publish(Event("job", {"id": i, "pad": "x" * 20}, key=i))
             await asyncio.sleep(0.02)  # a flush each
-        return await sub.read(0.01), sub.dropped
+        return await _read(sub), sub.dropped
 
     chunk, dropped = asyncio.run(run())
     assert chunk is not None and 0 < len(chunk) <= 100
     assert chunk.endswith(b'{"id":9,"pad":"xxxxxxxxxxxxxxxxxxxx"}\n\n')
     assert dropped == 10 - chunk.count(b"event: job")
+
+
+def test_only_a_stream_that_got_nothing_gets_a_keepalive() -> None:
+    async def run() -> list[bytes | None]:
+        bus = EventBus(flush_s=0, keepalive_s=0.2)
+        quiet, busy = _subscribe(bus, 1), _subscribe(bus, 2)
+        await asyncio.sleep(0.1)
+        bus.publish(Event("job", {"id": 1}, tenant_id=2, key=1))
+        await asyncio.sleep(0.05)
+        first = [await _read(busy)]
+        await asyncio.sleep(0.1)  # the first keepalive round
+        return first + [await _read(quiet), await _read(busy)]
+
+    assert asyncio.run(run()) == [b'event: job\ndata: {"id":1}\n\n', events.KEEPALIVE, b""]
 
 
 def test_the_watch_ends_streams_whose_digest_is_no_longer_live() -> None:
@@ -228,7 +250,7 @@ def test_the_watch_ends_streams_whose_digest_is_no_longer_live() -> None:
         await asyncio.sleep(0)
         third = _subscribe(bus, 1, digest="cc")  # the ended stream freed its place
         del third, kept
-        return ended, await gone.read(0.01), bus.subscribers
+        return ended, await _read(gone), bus.subscribers
 
     ended, gone_read, left = asyncio.run(run())
     assert ended == 1

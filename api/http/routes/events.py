@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 from anyio import to_thread
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException
 from fastapi.responses import StreamingResponse
 
 from api.coordinator.events import Event, TooManyStreams
@@ -21,9 +21,6 @@ from api.security import hash_token
 
 router = APIRouter(tags=["events"])
 
-# Proxies close idle connections after about a minute; a comment line keeps the stream open.
-KEEPALIVE_S = 15.0
-KEEPALIVE = b": keepalive\n\n"
 # How long a refused stream should wait before it tries again.
 RETRY_AFTER_S = 10
 
@@ -38,7 +35,6 @@ RETRY_AFTER_S = 10
     summary="live event stream",
 )
 async def stream(
-    request: Request,
     caller: StreamCallerDep,
     token: Annotated[str, Depends(stream_token)],
     service: ServiceDep,
@@ -75,16 +71,8 @@ async def stream(
     async def body() -> AsyncIterator[bytes]:
         try:
             yield first
-            while True:
-                chunk = await sub.read(KEEPALIVE_S)
-                if chunk is None:
-                    return
-                if chunk:
-                    yield chunk
-                elif await request.is_disconnected():
-                    return
-                else:
-                    yield KEEPALIVE
+            while (chunk := await sub.read()) is not None:
+                yield chunk
         finally:
             bus.unsubscribe(sub)
 
