@@ -11,15 +11,13 @@ switch view, one job) replaces the one still pending.
 
 A stream's unread bytes are bounded: a slow browser loses its oldest chunks instead of growing
 the service's memory. A tenant may hold at most `max_per_tenant` streams (`TooManyStreams`).
-`end_streams` ends the streams of revoked tokens (by digest): the service checks the digests
-of the open streams against the store every `STREAM_CHECK_S` (`StreamWatch`).
+`end_streams` ends the streams of revoked tokens (by digest; `api.coordinator.streamwatch`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Mapping
@@ -33,20 +31,14 @@ __all__ = [
     "KEEPALIVE",
     "KEEPALIVE_S",
     "MAX_UNREAD_BYTES",
-    "STREAM_CHECK_S",
     "Event",
     "EventBus",
-    "StreamWatch",
     "Subscription",
     "TenantView",
     "TooManyStreams",
     "format_sse",
 ]
 
-log = logging.getLogger(__name__)
-
-# A revoked token's open stream ends within this long (plus one store read).
-STREAM_CHECK_S = 1.0
 # Events published within this long of the first reach a stream in one write: a stream is
 # written about once per scheduling tick at most, where 500 streams written on every job
 # event would take the service's CPU from scheduling.
@@ -367,51 +359,3 @@ class EventBus:
             self._keeping_alive.discard(loop)
             for sub in [sub for sub in self._subs if sub.loop is loop]:
                 self._drop(sub)
-
-
-class StreamWatch:
-    """Ends the streams of revoked tokens: every `period_s`, while streams are open, one store
-    read (`live`) tells which of their digests are still live tokens. A store that cannot be
-    read ends no stream (the check resumes when it answers)."""
-
-    def __init__(
-        self,
-        bus: EventBus,
-        live: Callable[[Collection[str]], Collection[str]],
-        *,
-        period_s: float = STREAM_CHECK_S,
-    ) -> None:
-        self.bus, self.live, self.period_s = bus, live, period_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="stream-watch", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-
-    def check(self) -> int:
-        """One check; returns how many streams it ended."""
-        digests = self.bus.digests()
-        if not digests:
-            return 0
-        revoked = digests - set(self.live(digests))
-        ended = self.bus.end_streams(revoked) if revoked else 0
-        if ended:
-            log.info("ended %d event stream(s) of revoked tokens", ended)
-        return ended
-
-    def _run(self) -> None:
-        failing = False
-        while not self._stop.wait(self.period_s):
-            try:
-                self.check()
-            except Exception as exc:  # the store is away: keep the streams, say so once
-                if not failing:
-                    log.warning("cannot check the event streams' tokens: %s", exc)
-                failing = True
-            else:
-                failing = False

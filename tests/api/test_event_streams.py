@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from api.coordinator import events
-from api.coordinator.events import Event, EventBus, StreamWatch, Subscription
+from api.coordinator.events import Event, EventBus, Subscription
+from api.coordinator.streamwatch import StreamWatch
 from api.settings import Settings
 from api.store.tokens import revoke_tokens
 from tests.api.conftest import Api, make_api, updated

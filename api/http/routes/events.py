@@ -3,7 +3,7 @@
 A stream reads what the service's `EventBus` queued for it and nothing else: no store
 connection while it is open, no per-stream work per event. A tenant holds at most
 ``tenant.max_streams`` streams (429 beyond); a revoked token's stream ends within about
-`STREAM_CHECK_S`.
+`api.coordinator.streamwatch.STREAM_CHECK_S`.
 """
 
 from __future__ import annotations
