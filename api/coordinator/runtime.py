@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.coordinator.admission import SubmitLimits
 from api.coordinator.counters import TenantSwitchViews
-from api.coordinator.events import EventBus, StreamWatch
+from api.coordinator.events import EventBus
 from api.coordinator.leader import Campaign, Lease, election_id, take_lease
 from api.coordinator.plane import (
     DISCARD,
@@ -41,6 +41,7 @@ from api.coordinator.plane import (
 )
 from api.coordinator.quotas import QuotaDefaults
 from api.coordinator.scheduling import Coordinator
+from api.coordinator.streamwatch import StreamWatch
 from api.coordinator.submissions import Submissions
 from api.coordinator.topology import PsRegistry, Topology
 from api.settings import Settings
@@ -198,8 +199,10 @@ class Service:
         coordinator = self.coordinator_
         if coordinator is not None and self.leading:
             coordinator.active.written(job.id for job in jobs)
-            coordinator.reschedule(wait=False)
+            # Published before the round is asked for: the round's newer state of a job must
+            # come after (of pending events of one job, the stream gets the last published).
             coordinator.publish_jobs(jobs)
+            coordinator.reschedule(wait=False)
 
     def _stand_by(self) -> None:
         """The read-only view of a standby: a coordinator that never starts, on the switch as

@@ -692,7 +692,7 @@ class Coordinator:
             return  # nobody follows the stream: no payloads to build
         for job in jobs:
             data = job_public(job, self.queue_reasons, JobPublic).model_dump(mode="json")
-            self.events.publish(Event("job", data, tenant_id=job.tenant_id))
+            self.events.publish(Event("job", data, tenant_id=job.tenant_id, key=job.id))
 
     # ------------------------------------------------------------------ policy
 

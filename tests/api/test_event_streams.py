@@ -12,7 +12,9 @@ from contextlib import ExitStack
 import httpx
 import pytest
 
-from api.coordinator.events import Event, EventBus, StreamWatch, Subscription
+from api.coordinator import events
+from api.coordinator.events import Event, EventBus, Subscription
+from api.coordinator.streamwatch import StreamWatch
 from api.settings import Settings
 from api.store.tokens import revoke_tokens
 from tests.api.conftest import Api, make_api, updated
@@ -114,32 +116,133 @@ def _subscribe(
     return bus.subscribe(tenant_id=tenant_id, admin=admin, digest=digest)
 
 
-def test_a_switch_event_is_viewed_once_per_tenant_however_many_streams() -> None:
+async def _read(sub: Subscription) -> bytes | None:
+    """What `sub` reads now: ``b""`` when nothing is queued for it."""
+    try:
+        return await asyncio.wait_for(sub.read(), 0.01)
+    except TimeoutError:
+        return b""
+
+
+async def _flushed(subs: list[Subscription]) -> list[bytes | None]:
+    """What each of `subs` reads once the bus (``flush_s=0``) has flushed."""
+    await asyncio.sleep(0.05)  # the loop runs the flush, and every slice of it
+    return [await _read(sub) for sub in subs]
+
+
+def test_a_switch_event_is_viewed_and_encoded_once_per_tenant_however_many_streams() -> None:
     calls: list[set[int]] = []
 
     def view(event: Event, tenants: Collection[int]) -> dict[int, Event]:
         calls.append(set(tenants))
         return {t: Event("switch", {"tenant": t}) for t in tenants}
 
-    async def run() -> list[list[str | None]]:
-        bus = EventBus(tenant_view=view)
+    async def run() -> list[bytes | None]:
+        bus = EventBus(tenant_view=view, flush_s=0)
         subs = [_subscribe(bus, 1) for _ in range(3)] + [_subscribe(bus, 2) for _ in range(2)]
         subs.append(_subscribe(bus, 3, admin=True))
         bus.publish(Event("switch", {"whole": True}))
-        bus.publish(Event("job", {"id": 7}, tenant_id=2))
-        await asyncio.sleep(0)
-        return [[s.queue.get_nowait() for _ in range(s.queue.qsize())] for s in subs]
+        bus.publish(Event("job", {"id": 7}, tenant_id=2, key=7))
+        return await _flushed(subs)
 
     got = asyncio.run(run())
     assert calls == [{1, 2}]
-    assert got[0] == got[1] == got[2] == ['event: switch\ndata: {"tenant":1}\n\n']
-    job = 'event: job\ndata: {"id":7}\n\n'
-    assert got[3] == got[4] == ['event: switch\ndata: {"tenant":2}\n\n', job]
-    assert got[5] == ['event: switch\ndata: {"whole":true}\n\n', job]
+    assert got[0] == b'event: switch\ndata: {"tenant":1}\n\n'
+    # One chunk per tenant, the same bytes object for each of its streams.
+    assert got[0] is got[1] is got[2]
+    assert got[3] is got[4]
+    job = b'event: job\ndata: {"id":7}\n\n'
+    assert got[3] == b'event: switch\ndata: {"tenant":2}\n\n' + job
+    assert got[5] == b'event: switch\ndata: {"whole":true}\n\n' + job
+
+
+def test_an_unchanged_switch_view_is_not_sent_again() -> None:
+    async def run() -> list[list[bytes | None]]:
+        bus = EventBus(flush_s=0)
+        sub = _subscribe(bus, 1)
+        reads: list[list[bytes | None]] = []
+        for counters in ({"a": 1}, {"a": 1}, {"a": 2}, {"a": 2}):
+            bus.publish(Event("switch", {"counters": dict(counters)}))
+            reads.append(await _flushed([sub]))
+        # With no stream open the bus does not follow the view: the next stream gets it.
+        bus.unsubscribe(sub)
+        bus.publish(Event("switch", {"counters": {"a": 1}}))
+        sub = _subscribe(bus, 1)
+        bus.publish(Event("switch", {"counters": {"a": 2}}))
+        reads.append(await _flushed([sub]))
+        return reads
+
+    two = b'event: switch\ndata: {"counters":{"a":2}}\n\n'
+    assert asyncio.run(run()) == [
+        [b'event: switch\ndata: {"counters":{"a":1}}\n\n'],
+        [b""],  # nothing new within the read's timeout
+        [two],
+        [b""],
+        [two],
+    ]
+
+
+def test_events_between_flushes_reach_a_stream_in_one_chunk_newest_state_only() -> None:
+    async def run() -> tuple[bytes | None, bytes | None]:
+        bus = EventBus(flush_s=0)
+        sub = _subscribe(bus, 1)
+        bus.publish(Event("job", {"id": 7, "state": "queued"}, key=7))
+        bus.publish(Event("switch", {"runs": 0}))
+        bus.publish(Event("job", {"id": 8, "state": "queued"}, key=8))
+        bus.publish(Event("bench", {"id": 1}))
+        bus.publish(Event("job", {"id": 7, "state": "admitted"}, key=7))
+        bus.publish(Event("switch", {"runs": 1}))
+        bus.publish(Event("bench", {"id": 2}))
+        [chunk] = await _flushed([sub])
+        [nothing] = await _flushed([sub])
+        return chunk, nothing
+
+    chunk, nothing = asyncio.run(run())
+    assert chunk == (
+        b'event: job\ndata: {"id":8,"state":"queued"}\n\n'
+        b'event: bench\ndata: {"id":1}\n\n'
+        b'event: job\ndata: {"id":7,"state":"admitted"}\n\n'
+        b'event: switch\ndata: {"runs":1}\n\n'
+        b'event: bench\ndata: {"id":2}\n\n'
+    )
+    assert nothing == b""
+
+
+def test_a_stream_that_does_not_read_loses_its_oldest_chunks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(events, "MAX_UNREAD_BYTES", 100)
+
+    async def run() -> tuple[bytes | None, int]:
+        bus = EventBus(flush_s=0)
+        sub = _subscribe(bus, 1)
+        for i in range(10):
+            bus.publish(Event("job", {"id": i, "pad": "x" * 20}, key=i))
+            await asyncio.sleep(0.02)  # a flush each
+        return await _read(sub), sub.dropped
+
+    chunk, dropped = asyncio.run(run())
+    assert chunk is not None and 0 < len(chunk) <= 100
+    assert chunk.endswith(b'{"id":9,"pad":"xxxxxxxxxxxxxxxxxxxx"}\n\n')
+    assert dropped == 10 - chunk.count(b"event: job")
+
+
+def test_only_a_stream_that_got_nothing_gets_a_keepalive() -> None:
+    async def run() -> list[bytes | None]:
+        bus = EventBus(flush_s=0, keepalive_s=0.2)
+        quiet, busy = _subscribe(bus, 1), _subscribe(bus, 2)
+        await asyncio.sleep(0.1)
+        bus.publish(Event("job", {"id": 1}, tenant_id=2, key=1))
+        await asyncio.sleep(0.05)
+        first = [await _read(busy)]
+        await asyncio.sleep(0.1)  # the first keepalive round
+        return first + [await _read(quiet), await _read(busy)]
+
+    assert asyncio.run(run()) == [b'event: job\ndata: {"id":1}\n\n', events.KEEPALIVE, b""]
 
 
 def test_the_watch_ends_streams_whose_digest_is_no_longer_live() -> None:
-    async def run() -> tuple[int, list[str | None], int]:
+    async def run() -> tuple[int, bytes | None, int]:
         bus = EventBus(max_per_tenant=2)
         gone = _subscribe(bus, 1, digest="aa")
         kept = _subscribe(bus, 1, digest="bb")
@@ -148,9 +251,9 @@ def test_the_watch_ends_streams_whose_digest_is_no_longer_live() -> None:
         await asyncio.sleep(0)
         third = _subscribe(bus, 1, digest="cc")  # the ended stream freed its place
         del third, kept
-        return ended, [gone.queue.get_nowait()], bus.subscribers
+        return ended, await _read(gone), bus.subscribers
 
-    ended, gone_queue, left = asyncio.run(run())
+    ended, gone_read, left = asyncio.run(run())
     assert ended == 1
-    assert gone_queue == [None]
+    assert gone_read is None
     assert left == 2

@@ -139,7 +139,7 @@ def test_a_waiting_jobs_new_reason_reaches_the_event_stream(settings: Settings) 
             assert next(lines) == "event: switch"
             api.submit(answer=True)
             waiting = api.submit(answer=True)
-            deadline = time.monotonic() + 20  # switch events come every tick meanwhile
+            deadline = time.monotonic() + 20  # checked at each line: job events, keepalives
             for line in lines:
                 assert time.monotonic() < deadline, "no event with the job's new reason"
                 if line == "event: job":

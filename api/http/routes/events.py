@@ -3,17 +3,16 @@
 A stream reads what the service's `EventBus` queued for it and nothing else: no store
 connection while it is open, no per-stream work per event. A tenant holds at most
 ``tenant.max_streams`` streams (429 beyond); a revoked token's stream ends within about
-`STREAM_CHECK_S`.
+`api.coordinator.streamwatch.STREAM_CHECK_S`.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Annotated
 
 from anyio import to_thread
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException
 from fastapi.responses import StreamingResponse
 
 from api.coordinator.events import Event, TooManyStreams
@@ -22,8 +21,6 @@ from api.security import hash_token
 
 router = APIRouter(tags=["events"])
 
-# Proxies close idle connections after about a minute; a comment line keeps the stream open.
-KEEPALIVE_S = 15.0
 # How long a refused stream should wait before it tries again.
 RETRY_AFTER_S = 10
 
@@ -38,14 +35,15 @@ RETRY_AFTER_S = 10
     summary="live event stream",
 )
 async def stream(
-    request: Request,
     caller: StreamCallerDep,
     token: Annotated[str, Depends(stream_token)],
     service: ServiceDep,
 ) -> StreamingResponse:
-    """``event: switch`` (the /switch payload as the caller sees it, at least once a second),
-    ``event: job`` (a JobPublic of the caller's whenever it changes), ``event: bench`` (a run
-    the caller's tenant stored). An admin token gets every tenant's jobs, runs and counters."""
+    """``event: switch`` (the /switch payload as the caller sees it: first, then whenever it
+    changes), ``event: job`` (a JobPublic of the caller's whenever it changes), ``event:
+    bench`` (a run the caller's tenant stored). Events come in batches of up to `FLUSH_S`; an
+    idle stream gets a comment line every `KEEPALIVE_S`. An admin token gets every tenant's
+    jobs, runs and counters."""
     bus = service.events
     try:
         sub = bus.subscribe(
@@ -70,20 +68,11 @@ async def stream(
         bus.unsubscribe(sub)
         raise
 
-    async def body() -> AsyncIterator[str]:
+    async def body() -> AsyncIterator[bytes]:
         try:
             yield first
-            while True:
-                try:
-                    text = await asyncio.wait_for(sub.queue.get(), KEEPALIVE_S)
-                except TimeoutError:
-                    if await request.is_disconnected():
-                        return
-                    yield ": keepalive\n\n"
-                    continue
-                if text is None:
-                    return
-                yield text
+            while (chunk := await sub.read()) is not None:
+                yield chunk
         finally:
             bus.unsubscribe(sub)
 
