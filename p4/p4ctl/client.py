@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 
 import grpc
@@ -94,8 +94,11 @@ class SwitchClient:
         *,
         device_config: bytes = b"",
         register_thrift: str | None = None,
+        wiring: Mapping[str, int] | None = None,
     ) -> None:
         self.address = address
+        # Host -> the switch port it sits behind (`PortMap`); none: any port reaches any host.
+        self._wiring = dict(wiring or {})
         self._lock = threading.RLock()
         # Written with the first install_job, not on connect: a backup controller may not write.
         self._clone_session_installed = False
@@ -453,7 +456,7 @@ class SwitchClient:
 
     def _load(self) -> None:
         """Read back the tables a previous controller left, so writes stay idempotent."""
-        self._ports = PortMap()
+        self._ports = PortMap(wiring=self._wiring)
         self._sources: dict[tuple[int, int], SourceEntry] = {}
         # job -> its set_job parameters, as the switch holds them.
         self._jobs: dict[int, dict[str, int]] = {}

@@ -217,8 +217,8 @@ class RulePipeline(_SwitchState):
             return []
         sender_port = self.sources.get((job, pkt.worker, source[0], source[1]))
         reason = source_check(sender_port, self._ingress_port(source, sender_port))
-        if reason is not None:
-            self._drop(reason, size, job)
+        if reason is not None or sender_port is None:
+            self._drop(reason or DropReason.UNREGISTERED_SOURCE, size, job)
             return []
         reason = check(pkt, cfg, self.aggregators)
         if reason is not None:
