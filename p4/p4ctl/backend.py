@@ -121,10 +121,14 @@ class Occupancy:
 @dataclass(frozen=True, slots=True)
 class SwitchCounters:
     """Packet counts: ``jobs[job_id][counter name]`` (jobs with any non-zero counter, every
-    name of `p4ctl.rule.JOB_COUNTERS`) and ``drops[reason name in lower case]`` (all reasons)."""
+    name of `p4ctl.rule.JOB_COUNTERS`) and ``drops[reason name in lower case]`` (all reasons).
+
+    Empty, with `unavailable` saying why, when the switch serves no counter reads: nothing is
+    known then, which is not the same as nothing counted."""
 
     jobs: Mapping[int, Mapping[str, int]]
     drops: Mapping[str, int]
+    unavailable: str = ""
 
 
 @runtime_checkable

@@ -45,6 +45,7 @@ from p4ctl.errors import (
     PipelineMismatch,
     SwitchError,
     SwitchUnavailable,
+    Unsupported,
     UpdateError,
     WriteFailed,
 )
@@ -104,6 +105,8 @@ class SwitchClient:
         self._clone_session_installed = False
         self._shell: _Shell | None = _connect(device_id, address, election_id)
         self._thrift: ThriftRegisters | None = None
+        # Why counters cannot be read ("" until a read is refused; logged once).
+        self.counters_unavailable = ""
         try:
             info = self._pipeline(aggregators, lanes, device_config)
             self.names = P4Names(info)
@@ -287,7 +290,18 @@ class SwitchClient:
             ]
             jobs = {name: [0] * MAX_JOBS for name in JOB_COUNTERS}
             drops = [0] * len(DropReason)
-            for entity in self._read(queries):
+            try:
+                entities = list(self._read(queries))
+            except Unsupported as exc:
+                if not self.counters_unavailable:
+                    self.counters_unavailable = (
+                        f"switch {self.address} serves no counter reads ({exc}): the per-job "
+                        "counters and drops cannot be shown, and the progress workers report "
+                        "is not verified against them"
+                    )
+                    log.warning("%s", self.counters_unavailable)
+                return SwitchCounters(jobs={}, drops={}, unavailable=self.counters_unavailable)
+            for entity in entities:
                 entry = entity.counter_entry
                 name = self.names.counter_name[entry.counter_id]
                 cells = jobs.get(name, drops)
@@ -593,6 +607,8 @@ class SwitchClient:
         code, details = exc.code(), exc.details()
         if code == grpc.StatusCode.PERMISSION_DENIED:
             return NotPrimary(f"switch {self.address}: {details}")
+        if code == grpc.StatusCode.UNIMPLEMENTED:
+            return Unsupported(f"switch {self.address}: {code.name}: {details}")
         if code in (
             grpc.StatusCode.UNAVAILABLE,
             grpc.StatusCode.DEADLINE_EXCEEDED,
