@@ -378,6 +378,12 @@ class SwitchPublic(BaseModel):
         description="why the switch's occupancy is unknown (it serves no register reads: "
         "runs is empty, which does not mean free); empty when it was read",
     )
+    counters_unavailable: str = Field(
+        "",
+        description="why the switch's counters are unknown (it serves no counter reads: "
+        "counters are empty, which does not mean none counted, and workers' reported progress "
+        "is not verified); empty when they were read",
+    )
 
 
 class BenchRunCreate(BaseModel):

@@ -18,6 +18,7 @@ from ipaddress import IPv4Network
 from pathlib import Path
 from typing import Any
 
+from p4ctl.backend import parse_wiring
 from p4ctl.p4info import MAX_AGGREGATORS
 from p4ctl.protocol import MAX_JOBS
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
@@ -105,6 +106,13 @@ class SwitchSettings(_Section):
         "for the register reads and writes its P4Runtime server refuses: occupancy and reclaim "
         "(`p4/README.md`, Running on BMv2)",
     )
+    # BMv2 with a veth pair per endpoint: the program binds a sender to its ingress port, so the
+    # control plane must give each endpoint the port its packets enter on.
+    ports: str | None = Field(
+        default=None,
+        description="`HOST=PORT,...`: the switch port each worker and PS host sits behind (a "
+        "veth pair per endpoint, `p4/README.md`); unlisted hosts get the lowest unwired port",
+    )
     p4_config: Path | None = Field(
         default=None,
         description="path of that switch's device config, pushed with the P4Info: for BMv2 "
@@ -144,6 +152,13 @@ class SwitchSettings(_Section):
     def _target_form(cls, value: str) -> str:
         if value not in ("embedded", "memory"):
             parse_hostport(value)
+        return value
+
+    @field_validator("ports")
+    @classmethod
+    def _wiring(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_wiring(value)
         return value
 
     @field_validator("data", "thrift")

@@ -92,6 +92,7 @@ FLAG_SETTINGS = {
     "host": "http.host", "port": "http.port", "data_dir": "data_dir",
     "database_url": "database.url", "switch": "switch.target", "switch_data": "switch.data",
     "switch_device_id": "switch.device_id", "switch_thrift": "switch.thrift",
+    "switch_ports": "switch.ports",
     "p4_config": "switch.p4_config", "ps": "ps.address", "aggregators": "switch.aggregators",
     "lanes": "switch.lanes", "policy": "policy.policy", "priority": "policy.priority",
     "standby": "standby.enabled",
@@ -124,6 +125,10 @@ def _add_service_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--switch-thrift",
         help="HOST:PORT of BMv2's Thrift runtime (registers, which its P4Runtime refuses)",
+    )
+    p.add_argument(
+        "--switch-ports",
+        help="HOST=PORT,...: the switch port each worker and PS host sits behind (BMv2)",
     )
     p.add_argument(
         "--p4-config", help="that switch's device config: the JSON p4c-bm2-ss writes, for BMv2"

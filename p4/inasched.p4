@@ -56,7 +56,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
             reroute.apply(hdr, meta);
         } else {
             if (!meta.drop) {
-                source_check.apply(hdr, meta);
+                source_check.apply(hdr, meta, standard_metadata.ingress_port);
             }
             if (!meta.drop) {
                 fragment_check.apply(hdr, meta);

@@ -79,10 +79,12 @@ def switch_view(
     drops: Mapping[str, int],
     owners: Mapping[int, int],
     unavailable: str = "",
+    counters_unavailable: str = "",
 ) -> SwitchPublic:
     """The `/switch` view with the service's job ids: runs ``[start, length, job_id, state]``
     (-1 for aggregators of a switch job id the service does not know) and counters by job;
-    `unavailable` says why occupancy could not be read (`p4ctl.backend.Occupancy`)."""
+    `unavailable` says why occupancy could not be read (`p4ctl.backend.Occupancy`),
+    `counters_unavailable` why counters could not (`p4ctl.backend.SwitchCounters`)."""
     return SwitchPublic(
         aggregators=pool.aggregators,
         lanes=pool.lanes,
@@ -92,6 +94,7 @@ def switch_view(
             drops=dict(drops),
         ),
         unavailable=unavailable,
+        counters_unavailable=counters_unavailable,
     )
 
 
@@ -138,6 +141,7 @@ def tenant_switch_view(view: SwitchPublic, mine: Collection[int]) -> SwitchPubli
         runs=runs,
         counters=SwitchCountersPublic(jobs=jobs, drops=dict(view.counters.drops)),
         unavailable=view.unavailable,
+        counters_unavailable=view.counters_unavailable,
     )
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from p4ctl.backend import Endpoint, InMemorySwitch, SwitchBackend
+from p4ctl.backend import Endpoint, InMemorySwitch, SwitchBackend, parse_wiring
 
 from api.coordinator.leader import election_id
 from api.coordinator.topology import PsRegistry, Topology
@@ -146,6 +146,7 @@ def switch_client(
         lanes=settings.switch.lanes if "lanes" in given else None,
         device_config=program,
         register_thrift=settings.switch.thrift,
+        wiring=parse_wiring(settings.switch.ports or ""),
     )
 
 

@@ -137,6 +137,11 @@ class ProgressCheck:
         new = tuple(o for o in overran if o is not None)
         return Observation(changed=seen != before_seen or bool(new), overran=new)
 
+    def forget(self) -> None:
+        """No counter read to hold claims to (the switch serves none): the policy sees the
+        progress workers report, unchecked, until a read succeeds."""
+        self.supported, self._claimed, self._flagged = {}, {}, {}
+
     def _overrun(self, claim: Claim, counters: Mapping[int, Mapping[str, int]]) -> Overrun | None:
         """The claim's job if this read is the first to show it over-ran its declaration."""
         if claim.overran:

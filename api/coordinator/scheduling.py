@@ -177,6 +177,7 @@ class Coordinator:
         self.drops: dict[str, int] = {}
         self.occupancy_runs: list[tuple[int, int, int, int]] = []
         self.occupancy_unavailable = ""  # why occupancy is unknown (no register access)
+        self.counters_unavailable = ""  # why counters are unknown (no counter reads)
         self._settled: dict[int, dict[str, int]] = {}
         # Seconds each job has spent hindered (bypassed, evicted): the priority's aging input.
         # Kept in memory: after a restart every job starts unhindered, which only delays aging.
@@ -586,6 +587,7 @@ class Coordinator:
         counters = self.backend.counters()
         self.counters = {sid: dict(c) for sid, c in counters.jobs.items()}
         self.drops = dict(counters.drops)
+        self.counters_unavailable = counters.unavailable
         return self.counters
 
     def read_switch(self, *, publish: bool = True) -> SwitchPublic:
@@ -611,6 +613,7 @@ class Coordinator:
             self.drops,
             dict(self.owners) if owners is None else owners,
             self.occupancy_unavailable,
+            self.counters_unavailable,
         )
 
     def switch_payload(self) -> dict[str, object]:
@@ -645,6 +648,11 @@ class Coordinator:
         whose counted work passed its declaration is marked so on its row and re-ranked by a
         decision round asked for now."""
         if self.progress is None:
+            return
+        if self.counters_unavailable:
+            # Nothing counted is not the same as nothing known: a claim is not held to counters
+            # the switch cannot give (the client logged why, once; /switch says it).
+            self.progress.forget()
             return
         with self.sessions() as s:
             rows = s.execute(

@@ -119,6 +119,14 @@ def _parser() -> argparse.ArgumentParser:
         "aggregator memory); bench.jct.emu documents both",
     )
     p.add_argument(
+        "--emu-hosts",
+        default="",
+        metavar="HOST,...",
+        help="--emu only: the workers' data addresses, one each (a switch with real ports, "
+        "such as BMv2: p4/README.md); its switch and PS come from INASCHED_SWITCH_*, "
+        "INASCHED_PS_*",
+    )
+    p.add_argument(
         "--sweep",
         action="append",
         default=[],
@@ -230,6 +238,8 @@ def _checked_policies(parser: argparse.ArgumentParser, args: argparse.Namespace)
         )
     if args.emu_config != "default" and not args.emu:
         parser.error(f"--emu-config {args.emu_config} configures --emu; add --emu")
+    if args.emu_hosts and not args.emu:
+        parser.error("--emu-hosts configures --emu; add --emu")
     if args.service and not args.token:
         parser.error("--service needs --token")
     return policies
@@ -248,7 +258,8 @@ def _runner_and_jobs(
                 config = emu_config(args.emu_config)
             except ValueError as exc:
                 parser.error(f"--emu-config: {exc}")
-            return emu_runner(config), emu_workload(args.workload, args.seed, config)
+            hosts = [h.strip() for h in args.emu_hosts.split(",") if h.strip()]
+            return emu_runner(config, hosts), emu_workload(args.workload, args.seed, config)
         from bench.jct.sim import run_policy
 
         return run_policy, load_workload(args.workload, args.seed)

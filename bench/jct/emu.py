@@ -223,14 +223,20 @@ def emu_context(
     return parameters, {k: why for k in parameters}, notes
 
 
-def emu_runner(config: EmuConfig | None = None) -> Any:
+def emu_runner(config: EmuConfig | None = None, hosts: Sequence[str] = ()) -> Any:
     """A `PolicyRunner` that runs one policy in a fresh loopback service whose switch has
-    `config`'s pool and window (the default configuration's when None)."""
+    `config`'s pool and window (the default configuration's when None). With `hosts`, the
+    workers bind those data addresses, one each in submission order (a switch with real ports,
+    such as BMv2 behind a veth pair per endpoint: ``p4/README.md``); the service's switch and
+    PS then come from the ``INASCHED_SWITCH_*`` and ``INASCHED_PS_*`` settings."""
 
     def run(jobs: Sequence[JobSpec], policy: str, params: BenchParams) -> PolicyRun:
         cfg = config or _default()
+        needed = sum(job.workers for job in jobs)
+        if hosts and len(hosts) < needed:
+            raise EmuError(f"{len(hosts)} worker hosts for {needed} workers: give one each")
         with tempfile.TemporaryDirectory(prefix="inasched-emu-") as tmp:
-            return _run_policy(jobs, policy, params, cfg, Path(tmp))
+            return _run_policy(jobs, policy, params, cfg, Path(tmp), hosts)
 
     return run
 
@@ -305,7 +311,12 @@ def occupancy_states(policy: str) -> tuple[int, ...]:
 
 
 def _run_policy(
-    jobs: Sequence[JobSpec], policy: str, params: BenchParams, config: EmuConfig, data_dir: Path
+    jobs: Sequence[JobSpec],
+    policy: str,
+    params: BenchParams,
+    config: EmuConfig,
+    data_dir: Path,
+    hosts: Sequence[str] = (),
 ) -> PolicyRun:
     util: list[tuple[float, float]] = []
     counters: dict[str, list[dict[str, int]]] = {}
@@ -334,12 +345,14 @@ def _run_policy(
                 # The service runs in this process: its wall clock is this one.
                 t0_wall = time.time()
                 ids: dict[int, int] = {}
+                free_hosts = iter(hosts)
                 for job in jobs:
                     _sleep_until(t0 + job.arrival_s, sample)
                     created = _submit(http, job)
                     ids[created["id"]] = job.job_id
                     for p in warm[job.job_id]:
-                        p.go(_worker_argv(svc.url, created, job))
+                        host = next(free_hosts, None)
+                        p.go(_worker_argv(svc.url, created, job, host))
                 rows = _wait(http, ids, sample, warm)
                 span_s = time.monotonic() - t0
                 service_s = time.process_time() - clock.service_s
@@ -484,8 +497,11 @@ class _Warm:
         self.proc.stdin.close()
 
 
-def _worker_argv(url: str, created: dict[str, Any], job: JobSpec) -> list[str]:
+def _worker_argv(
+    url: str, created: dict[str, Any], job: JobSpec, host: str | None = None
+) -> list[str]:
     return [
+        *(["--host", host] if host else []),
         "--service",
         url,
         "--job",

@@ -41,6 +41,7 @@ const bit<8> DROP_UNREGISTERED_SOURCE = 7;
 const bit<8> DROP_BAD_AGG_INDEX = 8;
 const bit<8> DROP_STALE = 9;
 const bit<8> DROP_INJECTED_LOSS = 10;
+const bit<8> DROP_WRONG_PORT = 11;
 // Traffic that is not the aggregation protocol: dropped, but no protocol
 // counter describes it (the soft switch never sees it either).
 const bit<8> UNCOUNTED_DROP = 0xff;

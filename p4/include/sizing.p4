@@ -25,7 +25,7 @@
 #define MAX_WORKERS 32
 
 // Cells of the drop_reason counter: one per protocol.DropReason.
-#define DROP_REASONS 11
+#define DROP_REASONS 12
 
 // Worker table entries: every (job, worker) plus each job's PS, registered as
 // worker 255 (p4info.WORKER_TABLE_SIZE = MAX_JOBS * (MAX_WORKERS + 1)).

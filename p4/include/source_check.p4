@@ -1,10 +1,13 @@
 // The worker table: a packet must come from the address registered for its
 // (job, worker); the PS is worker PS_WORKER_ID of its job. The hit also gives
-// the sender's switch port, where a static retransmission gets its result.
+// the sender's switch port, where a static retransmission gets its result, and
+// binds the sender to it, as SwitchML's port table does: a packet that enters
+// on any other port (a copy flooded by an L2 segment in front of the switch) is
+// dropped as WRONG_PORT, so each packet is processed once (rule.source_check).
 #ifndef INASCHED_SOURCE_CHECK_P4
 #define INASCHED_SOURCE_CHECK_P4
 
-control SourceCheck(inout headers_t hdr, inout metadata_t meta) {
+control SourceCheck(inout headers_t hdr, inout metadata_t meta, in bit<9> ingress_port) {
     @name(".allow_source") @id(0x01000004)
     action allow_source(bit<9> port) {
         meta.sender_port = port;
@@ -33,7 +36,10 @@ control SourceCheck(inout headers_t hdr, inout metadata_t meta) {
     }
 
     apply {
-        worker_table.apply();
+        if (worker_table.apply().hit && !meta.drop && ingress_port != meta.sender_port) {
+            meta.drop = true;
+            meta.drop_reason = DROP_WRONG_PORT;
+        }
     }
 }
 

@@ -31,6 +31,7 @@ __all__ = [
     "SwitchCounters",
     "group_of",
     "job_config",
+    "parse_wiring",
 ]
 
 # v1model egress ports are 9 bits and BMv2 drops on 511; port 0 is left unused so that a
@@ -120,10 +121,14 @@ class Occupancy:
 @dataclass(frozen=True, slots=True)
 class SwitchCounters:
     """Packet counts: ``jobs[job_id][counter name]`` (jobs with any non-zero counter, every
-    name of `p4ctl.rule.JOB_COUNTERS`) and ``drops[reason name in lower case]`` (all reasons)."""
+    name of `p4ctl.rule.JOB_COUNTERS`) and ``drops[reason name in lower case]`` (all reasons).
+
+    Empty, with `unavailable` saying why, when the switch serves no counter reads: nothing is
+    known then, which is not the same as nothing counted."""
 
     jobs: Mapping[int, Mapping[str, int]]
     drops: Mapping[str, int]
+    unavailable: str = ""
 
 
 @runtime_checkable
@@ -163,20 +168,63 @@ def job_config(job: JobInstall, ps_port: int) -> JobConfig:
     )
 
 
-class PortMap:
-    """Which switch port stands for which UDP endpoint (the port table, as a controller sees it)."""
+def parse_wiring(text: str) -> dict[str, int]:
+    """``"HOST=PORT,..."`` -> ``{dotted IPv4: port}``: the switch port each endpoint host sits
+    behind (a veth pair per endpoint on BMv2). ValueError saying what is wrong."""
+    wiring: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        host, sep, port = item.partition("=")
+        if not sep or not port.strip().isdigit():
+            raise ValueError(f"{item!r} is not HOST=PORT")
+        number = int(port)
+        if not FIRST_PORT <= number <= LAST_PORT:
+            raise ValueError(f"port {number} of {host!r} outside {FIRST_PORT}..{LAST_PORT}")
+        try:
+            address = socket.gethostbyname(host.strip())
+        except OSError as exc:
+            raise ValueError(f"host {host!r} does not resolve: {exc}") from None
+        if wiring.setdefault(address, number) != number:
+            raise ValueError(f"host {host!r} given two ports, {wiring[address]} and {number}")
+    return wiring
 
-    def __init__(self, known: Mapping[int, Address] | None = None) -> None:
+
+class PortMap:
+    """Which switch port stands for which UDP endpoint (the port table, as a controller sees it).
+
+    A host in `wiring` (dotted IPv4 -> port) sits behind that port: the switch binds a sender
+    to its entry's port (WRONG_PORT), so on a switch with real ports an endpoint's port must be
+    the one its packets enter on. Other endpoints get the lowest port nobody is wired to.
+    """
+
+    def __init__(
+        self, known: Mapping[int, Address] | None = None, wiring: Mapping[str, int] | None = None
+    ) -> None:
         self.by_port: dict[int, Address] = dict(known or {})
         self.by_address: dict[Address, int] = {a: p for p, a in self.by_port.items()}
+        self.wiring = dict(wiring or {})
 
     def assign(self, address: Address) -> tuple[int, bool]:
         """``(port, new)``: the port of `address`, allocating the lowest free one if needed."""
         port = self.by_address.get(address)
-        if port is not None:
+        wired = self.wiring.get(address[0])
+        if port is not None and wired in (None, port):
             return port, False
+        if wired is not None:
+            holder = self.by_port.get(wired)
+            if holder is not None and holder != address:
+                raise SwitchError(
+                    f"switch port {wired}, where host {address[0]} is wired, already serves "
+                    f"endpoint {holder[0]}:{holder[1]}: a port's entry names one endpoint, so "
+                    "give each worker and PS a host of its own (INASCHED_SWITCH_PORTS)"
+                )
+            if port is not None:  # read back from a controller that did not know the wiring
+                del self.by_port[port]
+            self.by_port[wired] = address
+            self.by_address[address] = wired
+            return wired, True
+        taken = set(self.wiring.values())
         for candidate in range(FIRST_PORT, LAST_PORT + 1):
-            if candidate not in self.by_port:
+            if candidate not in self.by_port and candidate not in taken:
                 self.by_port[candidate] = address
                 self.by_address[address] = candidate
                 return candidate, True

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 
 import grpc
@@ -45,6 +45,7 @@ from p4ctl.errors import (
     PipelineMismatch,
     SwitchError,
     SwitchUnavailable,
+    Unsupported,
     UpdateError,
     WriteFailed,
 )
@@ -94,13 +95,18 @@ class SwitchClient:
         *,
         device_config: bytes = b"",
         register_thrift: str | None = None,
+        wiring: Mapping[str, int] | None = None,
     ) -> None:
         self.address = address
+        # Host -> the switch port it sits behind (`PortMap`); none: any port reaches any host.
+        self._wiring = dict(wiring or {})
         self._lock = threading.RLock()
         # Written with the first install_job, not on connect: a backup controller may not write.
         self._clone_session_installed = False
         self._shell: _Shell | None = _connect(device_id, address, election_id)
         self._thrift: ThriftRegisters | None = None
+        # Why counters cannot be read ("" until a read is refused; logged once).
+        self.counters_unavailable = ""
         try:
             info = self._pipeline(aggregators, lanes, device_config)
             self.names = P4Names(info)
@@ -284,7 +290,18 @@ class SwitchClient:
             ]
             jobs = {name: [0] * MAX_JOBS for name in JOB_COUNTERS}
             drops = [0] * len(DropReason)
-            for entity in self._read(queries):
+            try:
+                entities = list(self._read(queries))
+            except Unsupported as exc:
+                if not self.counters_unavailable:
+                    self.counters_unavailable = (
+                        f"switch {self.address} serves no counter reads ({exc}): the per-job "
+                        "counters and drops cannot be shown, and the progress workers report "
+                        "is not verified against them"
+                    )
+                    log.warning("%s", self.counters_unavailable)
+                return SwitchCounters(jobs={}, drops={}, unavailable=self.counters_unavailable)
+            for entity in entities:
                 entry = entity.counter_entry
                 name = self.names.counter_name[entry.counter_id]
                 cells = jobs.get(name, drops)
@@ -453,7 +470,7 @@ class SwitchClient:
 
     def _load(self) -> None:
         """Read back the tables a previous controller left, so writes stay idempotent."""
-        self._ports = PortMap()
+        self._ports = PortMap(wiring=self._wiring)
         self._sources: dict[tuple[int, int], SourceEntry] = {}
         # job -> its set_job parameters, as the switch holds them.
         self._jobs: dict[int, dict[str, int]] = {}
@@ -590,6 +607,8 @@ class SwitchClient:
         code, details = exc.code(), exc.details()
         if code == grpc.StatusCode.PERMISSION_DENIED:
             return NotPrimary(f"switch {self.address}: {details}")
+        if code == grpc.StatusCode.UNIMPLEMENTED:
+            return Unsupported(f"switch {self.address}: {code.name}: {details}")
         if code in (
             grpc.StatusCode.UNAVAILABLE,
             grpc.StatusCode.DEADLINE_EXCEEDED,

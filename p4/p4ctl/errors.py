@@ -9,6 +9,7 @@ the boundary in `p4ctl.client`::
      +-- PipelineMismatch    the switch runs a P4Info other than ours (first difference named)
      +-- NotPrimary          another controller holds a higher election id; we may only read
      +-- WriteFailed         a Write was refused; `.errors` lists every per-update error
+     +-- Unsupported         the target does not implement the request (UNIMPLEMENTED)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ __all__ = [
     "PipelineMismatch",
     "SwitchError",
     "SwitchUnavailable",
+    "Unsupported",
     "UpdateError",
     "WriteFailed",
 ]
@@ -35,6 +37,11 @@ class SwitchUnavailable(SwitchError):
     def __init__(self, address: str, detail: str) -> None:
         super().__init__(f"switch at {address} is unavailable: {detail}")
         self.address = address
+
+
+class Unsupported(SwitchError):
+    """The target answered UNIMPLEMENTED: it serves no such request (a read of an entity its
+    P4Runtime server does not implement)."""
 
 
 class PipelineMismatch(SwitchError):

@@ -9,10 +9,10 @@ change of primary, and a Write or pipeline change not from the primary is refuse
 PERMISSION_DENIED; anyone may Read. Per-update Write errors travel as status UNKNOWN with one
 ``p4.v1.Error`` per update in the trailing metadata.
 
-Two options make it answer as PI (BMv2's ``simple_switch_grpc``) does, so the control plane is
-tested against that target without it: ``serve_registers=False`` refuses every RegisterEntry
-with UNIMPLEMENTED; ``needs_device_config=True`` takes a P4Info with an empty device config,
-then fails every read with UNKNOWN.
+Options make it answer as PI (BMv2's ``simple_switch_grpc``) does: ``serve_registers=False``
+refuses RegisterEntry with UNIMPLEMENTED; ``needs_device_config=True`` takes a P4Info with no
+device config, then fails every read with UNKNOWN; ``serve_counters=False`` refuses counter
+reads, as a target without them would (PI serves them).
 """
 
 from __future__ import annotations
@@ -36,7 +36,10 @@ from p4ctl.register_access import PI_READS_REFUSED, PI_WRITES_REFUSED
 from p4ctl.tables import Entities
 from p4ctl.values import EntityError, encode_value
 
-__all__ = ["P4RuntimeService", "first_difference"]
+__all__ = ["COUNTER_READS_REFUSED", "P4RuntimeService", "first_difference"]
+
+# What `serve_counters=False` answers a CounterEntry read with (UNIMPLEMENTED).
+COUNTER_READS_REFUSED = "Counter reads are not supported"
 
 log = logging.getLogger(__name__)
 
@@ -92,11 +95,13 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):  # type: ignore[mi
         device_id: int = 0,
         *,
         serve_registers: bool = True,
+        serve_counters: bool = True,
         needs_device_config: bool = False,
     ) -> None:
         self.pipeline = pipeline
         self.device_id = device_id
         self.serve_registers = serve_registers
+        self.serve_counters = serve_counters
         self.needs_device_config = needs_device_config
         self.sizing = Sizing(pipeline.aggregators, pipeline.lanes)
         self._expected = build_p4info(self.sizing)
@@ -257,6 +262,8 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):  # type: ignore[mi
             _abort(context, grpc.StatusCode.UNKNOWN, "Error when reading table entries from target")
         if not self.serve_registers and any(q.HasField("register_entry") for q in request.entities):
             _abort(context, grpc.StatusCode.UNIMPLEMENTED, PI_READS_REFUSED)
+        if not self.serve_counters and any(q.HasField("counter_entry") for q in request.entities):
+            _abort(context, grpc.StatusCode.UNIMPLEMENTED, COUNTER_READS_REFUSED)
         # Batched into one repeated-field copy per reply: a copy per entity costs a third of
         # the time of building the entities.
         batch: list[p4rt.Entity] = []

@@ -35,7 +35,17 @@ from p4ctl.protocol import (
     encode_header,
     encode_lanes,
 )
-from p4ctl.rule import COUNTERS, JOB_COUNTERS, Cells, JobConfig, Registers, ToGroup, check, process
+from p4ctl.rule import (
+    COUNTERS,
+    JOB_COUNTERS,
+    Cells,
+    JobConfig,
+    Registers,
+    ToGroup,
+    check,
+    process,
+    source_check,
+)
 from p4ctl.switch_engine import EnginePass, Table, TableArrays, job_counter_arrays
 
 __all__ = ["Address", "Pipeline", "RulePipeline"]
@@ -206,8 +216,9 @@ class RulePipeline(_SwitchState):
             self._drop(DropReason.UNKNOWN_JOB, size, None)
             return []
         sender_port = self.sources.get((job, pkt.worker, source[0], source[1]))
-        if sender_port is None:
-            self._drop(DropReason.UNREGISTERED_SOURCE, size, job)
+        reason = source_check(sender_port, self._ingress_port(source, sender_port))
+        if reason is not None or sender_port is None:
+            self._drop(reason or DropReason.UNREGISTERED_SOURCE, size, job)
             return []
         reason = check(pkt, cfg, self.aggregators)
         if reason is not None:
@@ -239,6 +250,14 @@ class RulePipeline(_SwitchState):
             else:
                 self._emit(sends, wire, out.port)
         return sends
+
+    def _ingress_port(self, source: Address, port: int | None) -> int:
+        """The port `source` entered on, as far as it matters: UDP has no ports, so a datagram
+        enters on the port whose endpoint is its source. One endpoint per port (`PortMap`), so
+        it entered on `port` exactly when `port`'s endpoint is `source`; -1: somewhere else."""
+        if port is not None and self.endpoints.get(port) == source:
+            return port
+        return -1
 
     def _parse(self, data: bytes) -> Packet | None:
         """The decoded datagram, or None after counting why it was dropped."""

@@ -163,6 +163,7 @@ class DropReason(enum.IntEnum):
     BAD_AGG_INDEX = 8  # aggregator index outside the pool or the job's partition
     STALE = 9  # static: a sequence older than the one its slot holds
     INJECTED_LOSS = 10  # the switch's --drop-rate dropped it
+    WRONG_PORT = 11  # a registered source's packet on a switch port other than its entry's
 
 
 class MalformedPacket(ValueError):

@@ -50,6 +50,7 @@ __all__ = [
     "hashed_index",
     "is_power_of_two",
     "process",
+    "source_check",
     "static_index",
 ]
 
@@ -310,10 +311,26 @@ def hashed_index(seed: int, seq: int, pool: int) -> int:
 # ---------------------------------------------------------------------------- checks
 
 
+def source_check(entry_port: int | None, ingress_port: int) -> DropReason | None:
+    """The worker table's verdict on a packet of a known job, or None when it may go on.
+
+    `entry_port` is the port of the sender's entry (keyed by job, worker and source address;
+    None: no entry), `ingress_port` the port the packet entered on. A sender is bound to its
+    entry's port, as SwitchML's port table binds a worker: a copy that enters anywhere else (an
+    L2 segment in front of the switch flooding it) is dropped, so each packet counts once. On
+    the soft switch a datagram enters on the port whose endpoint is its source address.
+    """
+    if entry_port is None:
+        return DropReason.UNREGISTERED_SOURCE
+    if ingress_port != entry_port:
+        return DropReason.WRONG_PORT
+    return None
+
+
 def check(pkt: Packet, cfg: JobConfig | None, aggregators: int) -> DropReason | None:
     """The drop reason for a decoded packet, or None when `process` may take it.
 
-    The source-address check (worker table) happens before this, in the switch itself.
+    The source check (worker table, `source_check`) happens before this, in the switch itself.
     """
     if cfg is None:
         return DropReason.UNKNOWN_JOB

@@ -75,6 +75,7 @@ class SoftSwitch:
         serve_registers: bool = True,
         needs_device_config: bool = False,
         thrift: Address | None = None,
+        serve_counters: bool = True,
     ) -> None:
         if lanes not in SUPPORTED_LANES:
             raise ValueError(f"lanes must be one of {SUPPORTED_LANES}, got {lanes}")
@@ -96,7 +97,11 @@ class SoftSwitch:
         self._device_id = device_id
         # As PI, BMv2's P4Runtime server, answers (p4ctl.p4rt_service); `thrift` also serves
         # the register calls of BMv2's Thrift runtime (p4ctl.thrift_runtime).
-        self._pi = {"serve_registers": serve_registers, "needs_device_config": needs_device_config}
+        self._pi = {
+            "serve_registers": serve_registers,
+            "serve_counters": serve_counters,
+            "needs_device_config": needs_device_config,
+        }
         self._thrift_bind = thrift
         self._thrift: ThriftRuntime | None = None
         self._dataplane: DataPlane | None = None
@@ -228,6 +233,12 @@ def _parser() -> argparse.ArgumentParser:
         "(BMv2's simple_switch_grpc) does",
     )
     parser.add_argument(
+        "--refuse-counters",
+        action="store_true",
+        help="answer P4Runtime counter reads with UNIMPLEMENTED, as a target without them "
+        "would (the service then cannot verify reported progress)",
+    )
+    parser.add_argument(
         "--needs-device-config",
         action="store_true",
         help="take a P4Info with no device config, then fail every read, as "
@@ -254,6 +265,7 @@ def _switch_of(args: argparse.Namespace) -> SoftSwitch:
         device_id=args.device_id,
         gso=args.gso,
         serve_registers=not args.refuse_registers,
+        serve_counters=not args.refuse_counters,
         needs_device_config=args.needs_device_config,
         thrift=parse_address(args.thrift) if args.thrift else None,
     )

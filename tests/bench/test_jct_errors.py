@@ -41,6 +41,7 @@ def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         (["--workload", "synthetic-3", "--policies", "esa,fifo"], "unknown policies ['fifo']"),
         (["--workload", "synthetic-3", "--policies", "esa-norelease", "--emu"], "--sim only"),
         (["--workload", "philly:/no/such/trace.csv"], "cannot read the Philly trace"),
+        (["--workload", "synthetic-3", "--emu-hosts", "10.77.2.1"], "--emu-hosts configures"),
     ],
 )
 def test_a_bad_argument_is_one_line_and_writes_nothing(

@@ -31,6 +31,8 @@ from p4ctl.rule import COUNTERS, Outcome
 
 SIZING = build.read_sizing()
 SWITCH_ADDR = "10.77.255.1"
+# The switch's MAC, a static neighbour of every host (the program answers no ARP).
+SWITCH_MAC = "02:00:00:00:00:fe"
 GRPC_ADDR = "127.0.0.1:29559"
 # BMv2's own Thrift runtime: PI's P4Runtime server refuses register reads and writes.
 THRIFT_PORT = 29090
@@ -363,6 +365,58 @@ def testbed(ports: list[int], tmp: Path) -> Iterator[dict[int, socket.socket]]:
         for port in made:
             subprocess.run(["ip", "link", "del", f"inas{port}"], capture_output=True)
             subprocess.run(["ip", "netns", "del", f"inav{port}"], capture_output=True)
+
+
+@contextlib.contextmanager
+def wired(hosts: dict[int, str], switch_addr: str, prefix: str) -> Iterator[list[str]]:
+    """A veth pair per endpoint, all in this namespace (``p4/README.md``, Running on BMv2): port
+    `p`'s switch end ``{prefix}s{p}``, its host end ``{prefix}h{p}`` holding ``hosts[p]``, from
+    where a policy route sends what that address sends to `switch_addr` (a static neighbour:
+    the program answers no ARP). So each packet enters BMv2 once, on its sender's port. Yields
+    the switch ends."""
+    made: list[int] = []
+    try:
+        for port, host in sorted(hosts.items()):
+            sw_end, host_end, table = f"{prefix}s{port}", f"{prefix}h{port}", str(100 + port)
+            _ip("link", "add", sw_end, "type", "veth", "peer", "name", host_end)
+            made.append(port)
+            for end in (sw_end, host_end):
+                # No IPv6 chatter (router solicitations) into the switch.
+                subprocess.run(
+                    ["sysctl", "-qw", f"net.ipv6.conf.{end}.disable_ipv6=1"], capture_output=True
+                )
+                _ip("link", "set", end, "up")
+            _ip("addr", "add", f"{host}/32", "dev", host_end)
+            _ip("rule", "add", "from", host, "lookup", table)
+            _ip("route", "add", f"{switch_addr}/32", "dev", host_end, "src", host, "table", table)
+            _ip("neigh", "replace", switch_addr, "lladdr", SWITCH_MAC, "dev", host_end,
+                "nud", "permanent")  # fmt: skip
+        yield [f"{prefix}s{port}" for port in sorted(hosts)]
+    finally:
+        for port in made:
+            subprocess.run(["ip", "link", "del", f"{prefix}s{port}"], capture_output=True)
+            subprocess.run(
+                ["ip", "rule", "del", "from", hosts[port], "lookup", str(100 + port)],
+                capture_output=True,
+            )
+
+
+@contextlib.contextmanager
+def simple_switch(
+    ports: dict[int, str], grpc_addr: str = GRPC_ADDR, thrift_port: int = THRIFT_PORT
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``simple_switch_grpc --no-p4`` on `ports` (port -> interface), with its Thrift runtime
+    and no log (a log line per packet would slow it down several times)."""
+    args = ["simple_switch_grpc", "--no-p4", "--thrift-port", str(thrift_port)]
+    for port, interface in sorted(ports.items()):
+        args += ["-i", f"{port}@{interface}"]
+    args += ["--", "--grpc-server-addr", grpc_addr]
+    switch = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield switch
+    finally:
+        switch.terminate()
+        switch.wait(timeout=10)
 
 
 def program(sw: Switch, jobs: dict[int, dict[str, Any]]) -> None:

@@ -71,6 +71,8 @@ def test_vector_on_bmv2(path: Path, tmp_path: Path) -> None:
                 job = jobs[int(job_s)]
                 port = job["ps_port"] if worker == PS_WORKER_ID else job["workers"][worker_s]
                 src = runner.host_addr(port, worker)
+                # A copy an L2 segment flooded: the sender's frame, on another port.
+                port = send.get("port", port)
             expect = step.get("expect", {})
             drop = expect.get("drop")
             before = sw.counter("drop_reason", DropReason[drop.upper()]) if drop else 0

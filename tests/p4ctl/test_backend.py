@@ -11,9 +11,16 @@ import numpy as np
 import pytest
 from p4.v1 import p4runtime_pb2 as p4rt
 from p4.v1 import p4runtime_pb2_grpc
-from p4ctl.backend import Endpoint, InMemorySwitch, JobInstall, SwitchBackend
+from p4ctl.backend import (
+    Endpoint,
+    InMemorySwitch,
+    JobInstall,
+    PortMap,
+    SwitchBackend,
+    parse_wiring,
+)
 from p4ctl.client import CLONE_PORT, SwitchClient
-from p4ctl.errors import PipelineMismatch, SwitchUnavailable, WriteFailed
+from p4ctl.errors import PipelineMismatch, SwitchError, SwitchUnavailable, WriteFailed
 from p4ctl.p4info import CLONE_SESSION
 from p4ctl.protocol import AggState, Kind, Packet, Policy, decode, encode
 from p4ctl.softswitch import SoftSwitch
@@ -169,3 +176,45 @@ def test_unreachable_switch_raises_switch_unavailable() -> None:
         address = f"127.0.0.1:{unused.getsockname()[1]}"
     with pytest.raises(SwitchUnavailable, match=address):
         SwitchClient(address)
+
+
+# ---------------------------------------------------------------------------- wiring
+
+
+def test_port_map_gives_a_wired_host_its_port_and_others_the_lowest_unwired() -> None:
+    ports = PortMap(wiring=parse_wiring("10.77.1.1=1, 10.77.2.1=2"))
+    assert ports.assign(("10.77.2.1", 9556)) == (2, True)
+    assert ports.assign(("127.0.0.1", 40000)) == (3, True)  # 1 is wired to another host
+    assert ports.assign(("10.77.1.1", 40001)) == (1, True)
+    assert ports.assign(("10.77.1.1", 40001)) == (1, False)
+
+
+def test_port_map_refuses_two_endpoints_on_one_wired_port() -> None:
+    ports = PortMap(wiring={"10.77.1.1": 1})
+    ports.assign(("10.77.1.1", 40001))
+    with pytest.raises(SwitchError, match="switch port 1, where host 10.77.1.1 is wired"):
+        ports.assign(("10.77.1.1", 40002))
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [("10.77.1.1", "is not HOST=PORT"), ("10.77.1.1=0", "outside 1..510"),
+     ("10.77.1.1=1,10.77.1.1=2", "two ports")],
+)  # fmt: skip
+def test_a_wiring_that_cannot_be_read_says_why(text: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        parse_wiring(text)
+
+
+def test_client_writes_each_endpoint_at_the_port_its_host_is_wired_to(
+    soft_switch: SoftSwitch,
+) -> None:
+    wiring = {"127.0.0.1": 7}
+    address, aggregators = soft_switch.p4runtime_address, soft_switch.aggregators
+    with SwitchClient(address, aggregators=aggregators, lanes=64, wiring=wiring) as client:
+        client.install_job(JobInstall(3, Policy.ATP, 1, ps=Endpoint("127.0.0.2", 40999)))
+        client.add_worker(3, 0, Endpoint("127.0.0.1", 41003))
+        assert soft_switch.pipeline.sources[(3, 0, "127.0.0.1", 41003)] == 7
+        assert soft_switch.pipeline.endpoints[7] == ("127.0.0.1", 41003)
+        assert soft_switch.pipeline.jobs[3].ps_port == 1
+        client.remove_job(3)

@@ -21,9 +21,11 @@ from p4ctl.pipeline import Pipeline, RulePipeline
 from p4ctl.protocol import PS_WORKER_ID, Flag, Kind, Packet, Policy, encode
 from p4ctl.rule import JobConfig, Registers, hashed_index, static_index
 
-from .vectors import all_vectors, datagram, sender
+from .vectors import all_vectors, datagram, flooded, ingress_port, sender
 
 HOST = "127.0.0.1"
+# UDP source ports of flooded copies (``FLOOD_PORT + port``) and of mis-wired senders.
+FLOOD_PORT = 30000
 
 
 def pair(aggregators: int, lanes: int) -> tuple[RulePipeline, Pipeline]:
@@ -88,6 +90,12 @@ def test_engine_replays_each_vector_as_the_python_pipeline(vector: Any) -> None:
             continue
         origin = sender(step)
         source = (HOST, ports[origin]) if origin is not None else (HOST, 1)
+        if flooded(vector, step):
+            # UDP has no ports: a flooded copy comes from an address registered for its sender
+            # at the sender's port, whose endpoint it is not.
+            source = (HOST, FLOOD_PORT + ingress_port(vector, step))
+            for pipe in pipes:
+                pipe.sources[(*origin, *source)] = ports[origin]
         same_pass(*pipes, datagram(vector, step), source)
 
 
@@ -115,7 +123,8 @@ def _ports(jobs: dict[int, JobConfig]) -> dict[tuple[int, int], int]:
 step = st.fixed_dictionaries(
     {
         "what": st.sampled_from(
-            ["gradient"] * 8 + ["ps_result", "priority", "garbage", "stranger", "bad_index"]
+            ["gradient"] * 8
+            + ["ps_result", "priority", "garbage", "stranger", "bad_index", "wrong_port"]
         ),
         "job": st.integers(1, 3),
         "worker": st.integers(0, 2),
@@ -182,6 +191,12 @@ def test_engine_agrees_with_the_rule_on_random_sequences(
             data = s["garbage"]
         if s["what"] == "stranger":
             port = 7
+        if s["what"] == "wrong_port":
+            # A registered sender whose entry's port has another endpoint: WRONG_PORT.
+            worker = s["worker"] % cfg.fan_in
+            for pipe in pipes:
+                pipe.sources[(cfg.job_id, worker, HOST, FLOOD_PORT + port)] = port
+            port += FLOOD_PORT
         same_pass(*pipes, data, (HOST, port))
 
 

@@ -23,7 +23,7 @@ from p4ctl.protocol import (
     decode,
     encode,
 )
-from p4ctl.rule import JobConfig, Registers, ToGroup, check, process, static_index
+from p4ctl.rule import JobConfig, Registers, ToGroup, check, process, source_check, static_index
 from p4ctl.softswitch import SoftSwitch
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
@@ -34,6 +34,8 @@ from .vectors import (
     check_aggregators,
     datagram,
     expected_fields,
+    flooded,
+    ingress_port,
     matches,
     packet_fields,
     sender,
@@ -125,9 +127,13 @@ def _rule_step(
     cfg = vector.jobs.get(pkt.job)
     if cfg is None:
         return ("dropped", "unknown_job"), []
-    # The worker table: a source is registered for exactly its own (job, worker).
-    if sender(step) != (pkt.job, pkt.worker):
-        return ("dropped", "unregistered_source"), []
+    # The worker table: a source is registered for exactly its own (job, worker), at its port.
+    origin = sender(step)
+    entry_port = vector.workers[origin] if origin == (pkt.job, pkt.worker) else None
+    port = ingress_port(vector, step)
+    reason = source_check(entry_port, -1 if port is None else port)
+    if reason is not None:
+        return ("dropped", reason.name.lower()), []
     reason = check(pkt, cfg, vector.aggregators)
     if reason is not None:
         return ("dropped", reason.name.lower()), []
@@ -158,11 +164,14 @@ class Harness:
         self.names = P4Names(self.info)
         self.shell = P4RuntimeClient(0, switch.p4runtime_address, (0, 1))
         self.sockets: dict[int, socket.socket] = {}
+        # A flooded copy (a step whose packet enters on another port): UDP has no ports, so it
+        # comes from a socket of its own, registered for its sender at the sender's port.
+        self.flood: dict[tuple[int, int], socket.socket] = {}
         self.probe_seq = 0
 
     def close(self) -> None:
         self.shell.tear_down()
-        for sock in self.sockets.values():
+        for sock in [*self.sockets.values(), *self.flood.values()]:
             sock.close()
 
     def _socket(self, port: int) -> socket.socket:
@@ -202,6 +211,18 @@ class Harness:
             )
             match = {"job": job, "worker": worker, "src_addr": addr_int(host), "src_port": udp_port}
             entities.append(n.table_entry("worker_table", match, "allow_source", {"port": port}))
+        for step in self.vector.steps:
+            origin = sender(step) if "send" in step else None
+            if origin is None or not flooded(self.vector, step) or origin in self.flood:
+                continue
+            sock = self.flood[origin] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.bind(("127.0.0.1", 0))
+            host, udp_port = sock.getsockname()
+            match = {"job": origin[0], "worker": origin[1]}
+            match |= {"src_addr": addr_int(host), "src_port": udp_port}
+            entities.append(
+                n.table_entry("worker_table", match, "allow_source", {"port": workers[origin]})
+            )
         probe = JobConfig(PROBE_JOB, Policy.STATIC, 1, 0, 1, PROBE_GROUP, PROBE_PORT)
         for cfg in (probe, *jobs.values()):
             entities.append(
@@ -235,6 +256,8 @@ class Harness:
         if origin is None:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as stranger:
                 stranger.sendto(data, self.switch.data_address)
+        elif flooded(self.vector, step):
+            self.flood[origin].sendto(data, self.switch.data_address)
         else:
             self._socket(self.vector.workers[origin]).sendto(data, self.switch.data_address)
         self._probe()

@@ -67,6 +67,20 @@ def sender(step: dict[str, Any]) -> tuple[int, int] | None:
     return int(job), PS_WORKER_ID if worker == "ps" else int(worker)
 
 
+def ingress_port(vector: Vector, step: dict[str, Any]) -> int | None:
+    """The switch port a step's packet enters on: its ``port``, else the sender's own (None:
+    a stranger, which enters on no port of the vector)."""
+    origin = sender(step)
+    own = vector.workers.get(origin) if origin is not None else None
+    return step["send"].get("port", own)
+
+
+def flooded(vector: Vector, step: dict[str, Any]) -> bool:
+    """Whether a step's packet enters on a port other than its sender's (a flooded copy)."""
+    origin = sender(step)
+    return origin is not None and ingress_port(vector, step) != vector.workers[origin]
+
+
 def _flags(names: list[str]) -> Flag:
     flags = Flag.NONE
     for name in names:

@@ -168,11 +168,13 @@ export class Heatmap {
     const totals = this.totals(snap);
     const prev = this.previous;
     const dt = prev ? (now - prev.at) / 1000 : 0;
-    // A switch that serves no register reads: no run is known, which is not "all free".
-    this.unavailable.hidden = !snap.unavailable;
-    this.unavailable.textContent = snap.unavailable
-      ? `Occupancy cannot be shown: ${snap.unavailable}. Counters still count.`
-      : "";
+    // A switch that serves no register reads: no run is known, which is not "all free"; one
+    // that serves no counter reads: no count is known, which is not "none counted".
+    const why = [];
+    if (snap.unavailable) why.push(`Occupancy cannot be shown: ${snap.unavailable}.`);
+    if (snap.counters_unavailable) why.push(`Counters cannot be shown: ${snap.counters_unavailable}.`);
+    this.unavailable.hidden = why.length === 0;
+    this.unavailable.textContent = why.join(" ");
     this.canvas.parentElement.hidden = Boolean(snap.unavailable); // no grid that reads "all free"
     this.counterEls.used.textContent = snap.unavailable
       ? `? / ${count(snap.aggregators)}`

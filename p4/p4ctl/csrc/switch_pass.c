@@ -21,7 +21,7 @@ enum { FREE, PARTIAL, COMPLETE, FLUSHED_STATE };             /* protocol.AggStat
 enum { RESEND = 0x01, BYPASSED = 0x02, EVICTED = 0x04, COMPLETE_FLAG = 0x08,
        RAW_FLOAT = 0x10, COLLISION = 0x20, FLUSHED_FLAG = 0x40 }; /* protocol.Flag */
 enum { BAD_LENGTH, BAD_VERSION, BAD_KIND, BAD_LANES, UNKNOWN_JOB, BAD_WORKER, BAD_BITMAP,
-       UNREGISTERED_SOURCE, BAD_AGG_INDEX, STALE, INJECTED_LOSS, NO_DROP = -1 };
+       UNREGISTERED_SOURCE, BAD_AGG_INDEX, STALE, INJECTED_LOSS, WRONG_PORT, NO_DROP = -1 };
 /* rule.JOB_COUNTERS, in order. */
 enum { AGGREGATED_C, BYPASSED_C, PREEMPTED_C, EVICTED_C, RESENT_C, DROPPED_C };
 /* rule.Outcome, with the counters rule.COUNTERS gives each. */
@@ -506,9 +506,17 @@ engine_handle(SwitchState *s, const uint8_t *data, int64_t size, int64_t source,
         drop(s, UNKNOWN_JOB, size, -1);
         return;
     }
+    /* rule.source_check, with Pipeline._ingress_port: a datagram enters on the port whose
+     * endpoint is its source, so it entered on its entry's port exactly when that port's
+     * endpoint is the source. */
     p.sender_port = lookup_source(s, pkt.job, pkt.worker, source);
     if (p.sender_port < 0) {
         drop(s, UNREGISTERED_SOURCE, size, pkt.job);
+        return;
+    }
+    Py_ssize_t e = find(s->ep_ports, s->endpoints, p.sender_port);
+    if (e < 0 || s->ep_addrs[e] != source) {
+        drop(s, WRONG_PORT, size, pkt.job);
         return;
     }
     int reason = check(s, &pkt, &p.cfg);
