@@ -95,8 +95,10 @@ class FakeService:
         *,
         aggregators: int = AGGREGATORS,
         bench_run: dict[str, Any] | None = None,
+        moving_ticks: int | None = None,
     ) -> None:
         now = time.time()
+        self.moving_ticks = moving_ticks  # after this many ticks nothing moves (None: never)
         self.aggregators = aggregators
         self.bench_run = bench_run or BENCH_RUN
         self.jobs = {
@@ -160,6 +162,10 @@ class FakeService:
         self.changed: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
     def tick(self) -> None:
+        if self.moving_ticks is not None:
+            if self.moving_ticks == 0:
+                return
+            self.moving_ticks -= 1
         for job in self.jobs.values():
             if job.state == "running" and not job.stalled and job.iterations_done < job.iterations:
                 job.iterations_done += 1
@@ -374,8 +380,13 @@ def create_fixture_app(make_fake: Callable[[], FakeService] = FakeService) -> Fa
         _tenant(authorization, token)
 
         async def stream() -> AsyncIterator[str]:
+            sent = None
             while True:
-                yield f"event: switch\ndata: {json.dumps(fake.switch())}\n\n"
+                # As the service does: the switch view first, then whenever it changed.
+                view = json.dumps(fake.switch())
+                if view != sent:
+                    yield f"event: switch\ndata: {view}\n\n"
+                    sent = view
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(0.5):
                         while True:

@@ -17,7 +17,7 @@ import pytest
 
 from dashboards import static_dir
 from tests.dashboards.conftest import serve
-from tests.dashboards.fixture_service import TOKEN, create_fixture_app
+from tests.dashboards.fixture_service import TOKEN, FakeService, create_fixture_app
 from tests.dashboards.helpers import FREE_RGB, cell_colours, legend_rgb, row_progress, same_hue
 
 
@@ -87,6 +87,19 @@ def test_heatmap_colours_each_jobs_aggregators_and_counts_move(
     )
     assert "other-tenant" not in page.inner_text("#jobs-table")
     page.screenshot(path=str(artifacts / "fixture-live.png"))
+    assert console.errors == []
+
+
+@pytest.mark.browser
+def test_counter_rates_fall_to_zero_when_the_switch_stands_still(page: Any, console: Any) -> None:
+    # The stream sends the switch view only when it changed: a view that stops coming means
+    # nothing was counted, not that the last rate goes on.
+    with serve(create_fixture_app(lambda: FakeService(moving_ticks=40))) as url:
+        sign_in(page, url)
+        moving = "document.querySelector('#c-preemptions').title"
+        page.wait_for_function(f"/^[1-9][0-9.]* per second$/.test({moving})")
+        page.wait_for_function(f"{moving} === '0.0 per second'", timeout=15_000)
+        assert "; 0.0 per second" in page.get_attribute("#c-drops", "title")
     assert console.errors == []
 
 

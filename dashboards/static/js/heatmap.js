@@ -10,6 +10,9 @@ const STATES = { 1: "partial", 2: "complete", 3: "flushed" };
 const MAX_HEIGHT = 330; // px: keeps the heatmap and the jobs table on one laptop screen
 const MAX_CELL = 22;
 const SAMPLE_JOBS = [1, 2, 3]; // hues for the state key while no job holds memory
+// The stream sends the switch view only when it changed (docs/CONTRACTS.md), within about a
+// second: a view this old means nothing was counted since, so the per-second rates read 0.
+const STILL_MS = 2500;
 
 export class Heatmap {
   constructor(root) {
@@ -37,6 +40,14 @@ export class Heatmap {
       this.tip.hidden = true;
     });
     new ResizeObserver(() => this.schedule()).observe(this.canvas.parentElement);
+    setInterval(() => this.still(), 1000);
+  }
+
+  // No new view for STILL_MS: the counters stood still, so each rate is 0 from the last view on.
+  still() {
+    const prev = this.previous;
+    if (!store.switch || !prev || Date.now() - prev.at < STILL_MS) return;
+    this.renderCounters(store.switch, Date.now());
   }
 
   schedule() {
@@ -162,9 +173,8 @@ export class Heatmap {
     return { preemptions, bypasses, drops: census.alarming, census };
   }
 
-  renderCounters(snap) {
+  renderCounters(snap, now = store.switchAt) {
     const used = this.runs.reduce((sum, run) => sum + run[1], 0);
-    const now = store.switchAt;
     const totals = this.totals(snap);
     const prev = this.previous;
     const dt = prev ? (now - prev.at) / 1000 : 0;
