@@ -8,7 +8,8 @@ A standby (``INASCHED_STANDBY_ENABLED``, `api.coordinator.runtime`) serves reads
 (`StandbyRefusesWrites`); while the store does not answer, the 503 says so instead
 (`api.store.health`), as every route's does.
 ``GET /leader`` answers 200 on the leader and 503 on a standby: the health check by which a load
-balancer in front of both sends every request to the leader.
+balancer in front of both sends every request to the leader; its body also says whether the
+job store answers.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from anyio import to_thread
 from fastapi import APIRouter, FastAPI, Response
 from fastapi.staticfiles import StaticFiles
 from p4ctl.backend import SwitchBackend
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -34,6 +35,7 @@ from api.errors import ServiceError, StoreFailed, install_handlers
 from api.http.docs import install_docs
 from api.http.routes import (
     UNAUTHORIZED,
+    UNAVAILABLE,
     bench,
     events,
     jobs,
@@ -46,6 +48,7 @@ from api.http.routes import (
     workers,
 )
 from api.settings import Settings
+from api.store.db import DatabaseUnavailable
 from scheduler.workload import model_table
 
 __all__ = [
@@ -68,25 +71,45 @@ WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 RETRY_AFTER_S = 2
 
 
+class StorePublic(BaseModel):
+    """The job store as this service's last operation on it found it (`api.store.health`)."""
+
+    state: Literal["reachable", "full", "unreachable"]
+    since: datetime | None = Field(None, description="when it became full or unreachable")
+    detail: str | None = Field(None, description="what is wrong, in the driver's words")
+
+
 class LeaderPublic(BaseModel):
-    """Whether this service leads, and the latest term the store records."""
+    """Whether this service leads, the latest term the store records, and the store's state."""
 
     role: Literal["leader", "standby"]
     epoch: int | None = None
     leader: str | None = None
     since: datetime | None = None
+    store: StorePublic
+
+
+def _store_public(service: Service) -> StorePublic:
+    fault, since = service.health.current, service.health.since
+    if fault is None or since is None:
+        return StorePublic(state="reachable")
+    return StorePublic(
+        state=fault.kind, since=datetime.fromtimestamp(since, UTC), detail=fault.reason
+    )
 
 
 def _leader_public(service: Service) -> LeaderPublic:
     try:
         lease: Lease | None = service.lease or current_lease(service.sessions)
-    except SQLAlchemyError:
+    except (SQLAlchemyError, DatabaseUnavailable) as exc:
+        service.health.fault(exc)
         lease = None  # the store is away: who leads is unknown
     role: Literal["leader", "standby"] = "leader" if service.leading else "standby"
+    store = _store_public(service)
     if lease is None:
-        return LeaderPublic(role=role)
+        return LeaderPublic(role=role, store=store)
     since = datetime.fromtimestamp(lease.since, UTC)
-    return LeaderPublic(role=role, epoch=lease.epoch, leader=lease.holder, since=since)
+    return LeaderPublic(role=role, epoch=lease.epoch, leader=lease.holder, since=since, store=store)
 
 
 class NotLeading(ServiceError):
@@ -258,7 +281,8 @@ def create_app(settings: Settings, *, backend: SwitchBackend | None = None) -> F
     app.state.service = service
     install_handlers(app, service.health)
     for module in (jobs, queue, workers, switch, policy, events, bench, tokens, limits):
-        app.include_router(module.router, responses=UNAUTHORIZED)
+        # Every one of them reads the store, if only to check the caller's token.
+        app.include_router(module.router, responses={**UNAUTHORIZED, **UNAVAILABLE})
     app.include_router(metrics.router)  # open, or 401 for a wrong scrape token (documented)
     app.include_router(_service_router(service))
     static = _dashboard_dir()
@@ -303,10 +327,12 @@ def _service_router(service: Service) -> APIRouter:
         responses={503: {"model": LeaderPublic, "description": "a standby"}},
     )
     def leader(response: Response) -> LeaderPublic:
-        """``{"role": "leader" | "standby", "epoch", "leader", "since"}``: this service's role
-        and the latest term the store records (its epoch is the leader's P4Runtime election
-        id). A standby answers 503, so a load balancer's health check on this path sends
-        requests to the leader only."""
+        """``{"role": "leader" | "standby", "epoch", "leader", "since", "store"}``: this
+        service's role and the latest term the store records (its epoch is the leader's
+        P4Runtime election id). A standby answers 503, so a load balancer's health check on
+        this path sends requests to the leader only. ``store`` is ``{"state": "reachable" |
+        "full" | "unreachable", "since", "detail"}``: the job store as the service's last
+        operation on it found it (a leader's scheduling tick uses it every ``tick_s``)."""
         view = _leader_public(service)
         if view.role == "standby":
             response.status_code = 503

@@ -4,18 +4,23 @@ the counters of the embedded parameter server.
 Written by hand (format 0.0.4) rather than with a client library: every value is read from the
 job store, the scheduler's last switch read or the PS at scrape time, so there is no registry to
 keep. Every family is always declared (``# HELP``/``# TYPE``), with or without samples, so that
-a dashboard built on these names (dashboards/grafana/) can be checked against them.
+a dashboard built on these names (dashboards/grafana/) can be checked against them. While the
+job store is full or unreachable (`api.store.health`) the families read from it are declared
+without samples and the rest is served, with ``inasched_store_fault_seconds`` saying so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol, runtime_checkable
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from api.coordinator.scheduling import ACTIVE, TERMINAL, Coordinator
+from api.store.db import DatabaseUnavailable
+from api.store.health import KINDS, StoreHealth
 from api.store.models import Job, Tenant
 from workers.ps import PsCounters
 from workers.ps_control import RemotePs
@@ -46,10 +51,9 @@ def _labels(**labels: str | float) -> str:
 def render_metrics(session: Session, coord: Coordinator, *, tenants: bool = False) -> str:
     """The whole exposition as text, ending in a newline. Per-tenant series
     (``inasched_tenant_jobs``) only with `tenants`: for a scraper holding the metrics token."""
-    lines = _jobs(session)
-    if tenants:
-        lines += _tenant_jobs(session)
-    lines += _jct(session)
+    stored = [_jobs, _tenant_jobs, _jct] if tenants else [_jobs, _jct]
+    lines = [line for read in stored for line in _from_store(read, session, coord.health)]
+    lines += _store(coord.health)
     lines += _switch(coord)
     unsupported = coord.progress.unsupported_total if coord.progress is not None else 0
     lines += _family(
@@ -82,6 +86,55 @@ def render_metrics(session: Session, coord: Coordinator, *, tenants: bool = Fals
         away,
     )
     return "\n".join(lines) + "\n"
+
+
+def _from_store(
+    read: Callable[[Session], list[str]], session: Session, health: StoreHealth
+) -> list[str]:
+    """`read`'s families; while the store is full or away, the same families without samples
+    (the fault is recorded in `health`; any other database error stays a bug)."""
+    try:
+        return read(session)
+    except (SQLAlchemyError, DatabaseUnavailable) as exc:
+        if health.fault(exc) is None:
+            raise
+        session.rollback()
+        return [line for line in read(_NO_ROWS) if line.startswith("#")]
+
+
+class _NoRows:
+    """A stand-in session whose every query finds nothing: the families' declarations alone."""
+
+    def execute(self, *_: object) -> list[tuple[object, ...]]:
+        return []
+
+
+_NO_ROWS: Session = _NoRows()  # type: ignore[assignment]
+
+
+def _store(health: StoreHealth) -> list[str]:
+    """Store faults by kind: operations refused, and how long the open episode has lasted."""
+    current = health.current
+    away = health.away_s()
+    lines = _family(
+        "inasched_store_faults_total",
+        "counter",
+        "Store operations (requests, scheduling rounds) refused because the job store was full "
+        "or unreachable, by kind.",
+        (f"inasched_store_faults_total{_labels(kind=k)} {health.by_kind[k]}" for k in KINDS),
+    )
+    lines += _family(
+        "inasched_store_fault_seconds",
+        "gauge",
+        "Seconds since the job store became full or unreachable (the kind of the open episode; "
+        "0 while it answers).",
+        (
+            f"inasched_store_fault_seconds{_labels(kind=k)} "
+            f"{away if current is not None and current.kind == k else 0.0:.3f}"
+            for k in KINDS
+        ),
+    )
+    return lines
 
 
 def _jobs(session: Session) -> list[str]:

@@ -8,7 +8,9 @@ opened or read); any other error is None, a bug that stays a 500 with its traceb
 An episode starts at the first fault and ends at the first commit that succeeds afterwards
 (for "full", the first commit that wrote something): `StoreHealth` logs one line when it
 starts and one when it ends, however many requests and rounds failed in between, and counts
-the faults (`faults`), by which the reaper knows that heartbeats may have gone unrecorded.
+the faults (`faults`, and `by_kind`), by which the reaper knows that heartbeats may have gone
+unrecorded; `since` (wall clock) and `away_s` say when the open episode began, for ``GET
+/leader`` and ``/metrics``.
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.store.db import DatabaseUnavailable
 
-__all__ = ["StoreFault", "StoreHealth", "store_fault"]
+__all__ = ["KINDS", "StoreFault", "StoreHealth", "store_fault"]
 
 log = logging.getLogger(__name__)
 
 # Seconds a client waits before it asks again: a full disk needs an operator, an unreachable
 # store is usually a restart of a few seconds.
 RETRY_AFTER_S = {"full": 30, "unreachable": 5}
+KINDS = tuple(RETRY_AFTER_S)
 # SQLite's primary result codes (sqlite3.h) that say the file cannot take or give data.
 _SQLITE_FULL = 13
 _SQLITE_UNREACHABLE = {10, 14}  # SQLITE_IOERR, SQLITE_CANTOPEN
@@ -97,7 +100,9 @@ class StoreHealth:
         self._clock = clock
         self.current: StoreFault | None = None
         self.faults = 0  # every fault seen, episode or not
+        self.by_kind = dict.fromkeys(KINDS, 0)
         self.episodes = 0
+        self.since: float | None = None  # wall clock (time.time) of the open episode's start
         self._since = 0.0
         self._refused = 0
 
@@ -108,9 +113,11 @@ class StoreHealth:
             return None
         with self._lock:
             self.faults += 1
+            self.by_kind[found.kind] += 1
             self._refused += 1
             if self.current is None or self.current.kind != found.kind:
                 self.current, self._since, self._refused = found, self._clock(), 1
+                self.since = time.time()
                 self.episodes += 1
                 log.error("%s", found.detail.split(". ")[0])
         return found
@@ -131,6 +138,12 @@ class StoreHealth:
                 self._refused,
             )
             self.current = None
+            self.since = None
+
+    def away_s(self) -> float:
+        """Seconds since the open episode began; 0 while the store answers."""
+        with self._lock:
+            return 0.0 if self.current is None else max(0.0, self._clock() - self._since)
 
     def watch(self, sessions: sessionmaker[Session]) -> None:
         """End episodes on the commits of `sessions` (writes seen by flushes and statements)."""

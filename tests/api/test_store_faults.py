@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -123,6 +124,85 @@ def test_a_full_store_answers_503_store_full_logs_once_and_keeps_its_integrity(
         assert len(client.get("/jobs", headers=auth).json()["items"]) == 2
     with sqlite3.connect(database) as db:
         assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+
+
+def _sample(text: str, series: str) -> float:
+    """The value of `series` (name and labels, as served) in the exposition `text`."""
+    line = next(line for line in text.splitlines() if line.startswith(series + " "))
+    return float(line.rsplit(" ", 1)[1])
+
+
+def test_a_full_store_shows_on_leader_and_metrics(tiny_disk: Path) -> None:
+    settings = Settings(
+        data_dir=tiny_disk,
+        database={"url": f"sqlite:///{tiny_disk / 'inasched.db'}"},
+        switch={"target": "memory", "aggregators": 256},
+        tick_s=0.05,
+    )
+    app = create_app(settings)
+    with app.state.service.sessions() as s:
+        auth = {"Authorization": f"Bearer {create_tenant_token(s, tenant='alice')}"}
+    full, unreachable = 'kind="full"}', 'kind="unreachable"}'
+    with LiveServer(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        leader = client.get("/leader")
+        assert leader.status_code == 200, leader.text
+        assert leader.json()["store"] == {"state": "reachable", "since": None, "detail": None}
+        text = client.get("/metrics").text
+        assert _sample(text, "inasched_store_fault_seconds{" + full) == 0
+        assert _sample(text, "inasched_store_faults_total{" + full) == 0
+        filler = tiny_disk / "filler"
+        _fill(filler)
+        started = datetime.now(UTC)
+        refused = [client.post("/jobs", json=JOB, headers=auth) for _ in range(5)]
+        assert [r.status_code for r in refused] == [503] * 5
+        time.sleep(0.1)  # the open episode's age moves on (no figure is asserted)
+        leader = client.get("/leader")
+        assert leader.status_code == 200, leader.text  # a full store leaves the leader leading
+        store = leader.json()["store"]
+        assert store["state"] == "full" and store["detail"], store
+        assert datetime.fromisoformat(store["since"]) >= started - timedelta(seconds=1)
+        scraped = client.get("/metrics")
+        assert scraped.status_code == 200, scraped.text
+        assert _sample(scraped.text, "inasched_store_fault_seconds{" + full) > 0
+        assert _sample(scraped.text, "inasched_store_fault_seconds{" + unreachable) == 0
+        assert _sample(scraped.text, "inasched_store_faults_total{" + full) >= 5
+        assert _sample(scraped.text, "inasched_store_faults_total{" + unreachable) == 0
+        filler.unlink()
+        assert client.post("/jobs", json=JOB, headers=auth).status_code == 201
+        assert client.get("/leader").json()["store"]["state"] == "reachable"
+        text = client.get("/metrics").text
+        assert _sample(text, "inasched_store_fault_seconds{" + full) == 0
+        assert _sample(text, "inasched_store_faults_total{" + full) >= 5
+
+
+def test_metrics_answer_while_the_store_does_not(tmp_path: Path) -> None:
+    """The store's own families lose their samples; the rest, and the fault gauge, stay."""
+    database = tmp_path / "inasched.db"
+    settings = Settings(
+        data_dir=tmp_path,
+        database={"url": f"sqlite:///{database}"},
+        switch={"target": "memory", "aggregators": 256},
+    )
+    app = create_app(settings)
+    service = app.state.service
+    with LiveServer(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        assert 'inasched_jobs{state="queued"} 0' in client.get("/metrics").text
+        # A directory where the file was: every new connection fails as an absent store's.
+        database.rename(tmp_path / "moved.db")
+        database.mkdir()
+        service.sessions.kw["bind"].dispose()
+        try:
+            scraped = client.get("/metrics")
+            leader = client.get("/leader").json()
+        finally:
+            database.rmdir()
+            (tmp_path / "moved.db").rename(database)
+        assert scraped.status_code == 200, scraped.text
+        assert "# TYPE inasched_jobs gauge" in scraped.text
+        assert "inasched_jobs{" not in scraped.text
+        assert "inasched_switch_aggregators 256" in scraped.text
+        assert _sample(scraped.text, 'inasched_store_faults_total{kind="unreachable"}') >= 1
+        assert leader["store"]["state"] == "unreachable", leader
 
 
 @pytest.mark.parametrize(
