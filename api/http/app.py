@@ -75,8 +75,8 @@ class StorePublic(BaseModel):
     """The job store as this service's last operation on it found it (`api.store.health`)."""
 
     state: Literal["reachable", "full", "unreachable"]
-    since: datetime | None = Field(None, description="when it became full or unreachable")
-    detail: str | None = Field(None, description="what is wrong, in the driver's words")
+    since: datetime | None = Field(default=None, description="when it became full or unreachable")
+    detail: str | None = Field(default=None, description="what is wrong, in the driver's words")
 
 
 class LeaderPublic(BaseModel):

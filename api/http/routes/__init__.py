@@ -18,11 +18,11 @@ UNAUTHORIZED: Responses = {
 
 
 class Unavailable(BaseModel):
-    """A 503's body: what is wrong; ``store`` when it is the job store (`api.errors.StoreFailed`)."""
+    """A 503's body: what is wrong, and ``store`` when it is the job store (`StoreFailed`)."""
 
     detail: str
     store: Literal["full", "unreachable"] | None = Field(
-        None, description="present when the job store is full or does not answer"
+        default=None, description="present when the job store is full or does not answer"
     )
 
 
