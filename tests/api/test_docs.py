@@ -66,6 +66,25 @@ def test_every_route_declares_the_token_it_takes(api: Api) -> None:
                 assert names == {"tenantToken"}, (method, path)
 
 
+def test_every_route_that_reads_the_store_declares_its_503(api: Api) -> None:
+    """Each checks a token in the store; /healthz and /metrics do not answer 503, /leader
+    answers it as a standby (with its own body)."""
+    spec = api.client.get("/openapi.json").json()
+    body = spec["components"]["schemas"]["Unavailable"]
+    assert body["required"] == ["detail"]
+    assert body["properties"]["store"]["anyOf"][0]["enum"] == ["full", "unreachable"]
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            declared = operation["responses"].get("503")
+            if path in ("/healthz", "/metrics", "/leader"):
+                assert declared is None or "Unavailable" not in str(declared), (method, path)
+                continue
+            assert declared is not None, (method, path)
+            schema = declared["content"]["application/json"]["schema"]
+            assert schema == {"$ref": "#/components/schemas/Unavailable"}, (method, path)
+            assert declared["headers"]["Retry-After"]["required"] is True, (method, path)
+
+
 def test_the_declared_scheme_is_the_one_the_routes_check(api: Api) -> None:
     assert api.client.get("/jobs").status_code == 401
     assert api.client.get("/jobs", headers={"Authorization": "Basic abc"}).status_code == 401

@@ -167,11 +167,21 @@ def test_a_postgres_restart_under_a_training_job_costs_it_nothing(
                     assert answer.json()["store"] == "unreachable", answer.text
                     assert "store unreachable" in answer.json()["detail"]
                     assert int(answer.headers["Retry-After"]) > 0
+                # /leader says why this service stands by; /metrics keeps answering.
+                leader = client.get("/leader")
+                assert leader.status_code == 503, leader.text
+                assert leader.json()["store"]["state"] == "unreachable", leader.text
+                assert leader.json()["store"]["since"] is not None
+                scraped = client.get("/metrics")
+                assert scraped.status_code == 200, scraped.text
+                assert 'inasched_store_fault_seconds{kind="unreachable"} 0.000' not in scraped.text
                 time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - stopped)))
             finally:
                 postgres_server.start()
             wait_for(lambda: service.leading, "the same service to lead again", 60)
-            assert client.get("/leader").json()["epoch"] == first["epoch"] + 1
+            again = client.get("/leader").json()
+            assert again["epoch"] == first["epoch"] + 1
+            assert again["store"]["state"] == "reachable", again
             # The same data plane: the workers' switch never moved, and they trained on.
             assert service.plane.switch_data == switch_data
             for proc, log in workers:
