@@ -488,7 +488,7 @@ class _Collisions:
 def _collisions(
     cfg: SimConfig, preempt: bool, jobs: _Contenders, lost: Vec, occ: _Occupancy
 ) -> _Collisions:
-    level, top, n_agg, count = jobs.level, jobs.top, cfg.pool.aggregators, jobs.count
+    level, top, n_agg = jobs.level, jobs.top, cfg.pool.aggregators
     # Time-averaged aggregators held, and claim rates, by priority level (atp: all at 0).
     held_at = sum_by(level, occ.duty * occ.held, top)
     claims_at = sum_by(level, occ.duty * occ.claims * (1 - lost), top)
@@ -514,19 +514,19 @@ def _let_go(jobs: _Contenders, occ: _Occupancy) -> Vec:
 
     A collision lands at a uniform point of the time the others hold aggregators, so on a
     claim with a chance proportional to its hold h, and finds it ending within a spread s
-    with chance min(h, s) / h: over the claims, E[min(h, s)] / E[h]. The holds differ by an
-    order of magnitude between a first window's claims (the holder's own skew, atp's burst
-    at the PS) and a later window's, so E[min(h, s)] is taken over each job's kinds of
+    with chance min(h, s) / h: over the claims, E[min(h, s)] / E[h]. The holds differ
+    several-fold between a first window's claims (the holder's own skew, atp's burst at
+    the PS) and a later window's, so E[min(h, s)] is taken over each job's kinds of
     claim (`_Occupancy.holds`), not from the mean hold."""
     level, top, count = jobs.level, jobs.top, jobs.count
     rate = occ.duty * occ.claims
     weight = [(hold, rate * share) for hold, share in occ.holds]
-    held = sum(w * h for h, w in weight)
+    held: Vec = sum((w * h for h, w in weight), np.zeros(count))
     ge = np.cumsum(sum_by(level, held, top)[::-1])[::-1]
     total = ge[level] - held
     caught = np.zeros(count)
     for s in np.unique(jobs.skew):
-        within = sum(w * np.minimum(h, s) for h, w in weight)
+        within: Vec = sum((w * np.minimum(h, s) for h, w in weight), np.zeros(count))
         mine = jobs.skew == s
         ge_s = np.cumsum(sum_by(level, within, top)[::-1])[::-1]
         caught[mine] = (ge_s[level] - within)[mine]
