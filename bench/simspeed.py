@@ -99,12 +99,12 @@ def error_table(by_family: dict[str, list[CaseError]]) -> list[str]:
     return lines
 
 
-def errors(count: int, families: list[str]) -> None:
-    print(f"aggregate vs fragment-level model, {count} seeded cases per family and policy")
+def errors(count: int, families: list[str], seed: int = 0) -> None:
+    print(f"aggregate vs fragment-level model, {count} cases of seed {seed} per family and policy")
     for family in families:
         about = "2-6 jobs, pools of 64-256, window 16" if family == "light" else FAMILIES[family][0]
         print(f"  {family}: {about}")
-    by_family = {family: validate(count=count, family=family) for family in families}
+    by_family = {family: validate(count=count, seed=seed, family=family) for family in families}
     print("\n".join(error_table(by_family)))
 
 
@@ -132,6 +132,9 @@ def main(argv: list[str] | None = None) -> None:
         help="comma-separated validation families (default: all)",
     )
     parser.add_argument(
+        "--seed", type=int, default=0, help="the validation cases' seed (default: 0)"
+    )
+    parser.add_argument(
         "--policies",
         help=f"comma-separated, for the speed figures (default: {','.join(policy_names())}; "
         "ablations too)",
@@ -157,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
     if not args.speed_only:
-        errors(args.cases, [f.strip() for f in args.families.split(",") if f.strip()])
+        errors(args.cases, [f.strip() for f in args.families.split(",") if f.strip()], args.seed)
         peer(args.cases)
 
 

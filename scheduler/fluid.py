@@ -376,7 +376,9 @@ class _Occupancy:
     `t_comm`: allreduce seconds per iteration; `spread`: how long a fragment's contributions
     take to all arrive; `claims`: fragments per second over the whole allreduce; `held`:
     aggregators held while communicating, `held_complete` of them complete sums awaiting the
-    PS (atp); `duty`: the share of time the job communicates."""
+    PS (atp); `duty`: the share of time the job communicates; `holds`: the hold of a claim in
+    an iteration's first window, of a later one and of a split fragment's, and the share of
+    claims each takes (`_let_go`)."""
 
     t_comm: Vec
     spread: Vec
@@ -384,6 +386,7 @@ class _Occupancy:
     held: Vec
     held_complete: Vec
     duty: Vec
+    holds: tuple[tuple[Vec, Vec], ...]
 
 
 def _occupancy(
@@ -420,6 +423,17 @@ def _occupancy(
     # cannot complete until the workers' fast retransmit flushes it, two smoothed round
     # trips after the first send.
     split_hold = 2 * (traffic.unsplit_base + traffic.unsplit_share * wait)
+    # Without early release (atp) a claim is held until its result is back from the PS,
+    # and an iteration's first window reaches the PS at once: its sums queue there behind
+    # half of the window's critical packets on average.
+    first = np.minimum(frags, win) / frags
+    burst = 0.0 if release else 0.5 * (np.minimum(frags, win) - 1) * traffic.critical
+    kept = 1 - lost
+    holds = (
+        (skew + hold - spread + burst * cfg.ps_fragment_s, kept * first),
+        (steady + hold - spread, kept * (1 - first)),
+        (split_hold, it.split),
+    )
     return _Occupancy(
         t_comm=t,
         spread=spread,
@@ -427,6 +441,7 @@ def _occupancy(
         held=thr * ((1 - lost) * hold + it.split * split_hold),
         held_complete=thr * (1 - lost) * (hold - spread),
         duty=t / (t + jobs.iter_s),
+        holds=holds,
     )
 
 
@@ -473,13 +488,12 @@ class _Collisions:
 def _collisions(
     cfg: SimConfig, preempt: bool, jobs: _Contenders, lost: Vec, occ: _Occupancy
 ) -> _Collisions:
-    level, top, n_agg, count = jobs.level, jobs.top, cfg.pool.aggregators, jobs.count
+    level, top, n_agg = jobs.level, jobs.top, cfg.pool.aggregators
     # Time-averaged aggregators held, and claim rates, by priority level (atp: all at 0).
     held_at = sum_by(level, occ.duty * occ.held, top)
     claims_at = sum_by(level, occ.duty * occ.claims * (1 - lost), top)
     held_ge = np.append(np.cumsum(held_at[::-1])[::-1], 0.0)
     claims_above = np.append(_above(claims_at), 0.0)
-    claims_ge = claims_above[:-1] + claims_at
     # A job's own window never collides with itself (`p4ctl.rule.hashed_index` maps any
     # `pool` consecutive fragments of a job to distinct aggregators): a new fragment lands
     # on one of the aggregators the job does not hold, held by others in this share.
@@ -489,16 +503,35 @@ def _collisions(
     # A split fragment: its first contribution collided, the holder let go before its last
     # one arrived, so the rest claimed the aggregator and wait for a sum that cannot
     # complete. Only the first window of an iteration spreads contributions (by the
-    # workers' start skew); the holder lets go within that spread with probability
-    # spread / (its mean hold), the hold's remainder being uniform.
-    mean_hold = np.divide(
-        held_ge[level], claims_ge[level], out=np.zeros(count), where=claims_ge[level] > 0
-    )
+    # workers' start skew); `_let_go` is the chance the holder lets go within that spread.
     first = np.minimum(jobs.frags, cfg.window) / jobs.frags
-    let_go = np.minimum(
-        1.0, np.divide(jobs.skew, mean_hold, out=np.ones(count), where=mean_hold > 0)
-    )
-    return _Collisions(b, e, first * b * let_go, claims_above)
+    return _Collisions(b, e, first * b * _let_go(jobs, occ), claims_above)
+
+
+def _let_go(jobs: _Contenders, occ: _Occupancy) -> Vec:
+    """The chance that another job's claim a job's first contribution collides with (at its
+    level or above) ends within the job's start skew.
+
+    A collision lands at a uniform point of the time the others hold aggregators, so on a
+    claim with a chance proportional to its hold h, and finds it ending within a spread s
+    with chance min(h, s) / h: over the claims, E[min(h, s)] / E[h]. The holds differ
+    several-fold between a first window's claims (the holder's own skew, atp's burst at
+    the PS) and a later window's, so E[min(h, s)] is taken over each job's kinds of
+    claim (`_Occupancy.holds`), not from the mean hold."""
+    level, top, count = jobs.level, jobs.top, jobs.count
+    rate = occ.duty * occ.claims
+    weight = [(hold, rate * share) for hold, share in occ.holds]
+    held: Vec = sum((w * h for h, w in weight), np.zeros(count))
+    ge = np.cumsum(sum_by(level, held, top)[::-1])[::-1]
+    total = ge[level] - held
+    caught = np.zeros(count)
+    for s in np.unique(jobs.skew):
+        within: Vec = sum((w * np.minimum(h, s) for h, w in weight), np.zeros(count))
+        mine = jobs.skew == s
+        ge_s = np.cumsum(sum_by(level, within, top)[::-1])[::-1]
+        caught[mine] = (ge_s[level] - within)[mine]
+    out: Vec = np.divide(caught, total, out=np.ones(count), where=total > 0)
+    return np.minimum(out, 1.0)
 
 
 def _damp_shares(it: _Iterate, target: _Collisions) -> tuple[Vec, Vec, _Damping, float]:

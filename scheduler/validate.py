@@ -71,7 +71,7 @@ FAMILY_BOUNDS: dict[str, float] = {
 #: Runs of the fragment-level model averaged for each case of a family (seeds ``seed``,
 #: ``seed + 1``, ...), where one run is too noisy a reference: in "mixed-widths" a stranded
 #: split fragment costs an iteration a whole timeout, and with 2-4 iterations per job one
-#: run's mean JCT moves by up to 12% with the seed alone (the fluid model is its expectation).
+#: run's mean JCT moves by up to 17% with the seed alone (the fluid model is its expectation).
 REFERENCE_RUNS: dict[str, int] = {"mixed-widths": 8}
 
 Case = tuple[tuple[JobSpec, ...], SimConfig]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from scheduler.config import PER_JOB, REORDER, SimConfig
-from scheduler.fluid import FlowJob, comm_rates
+from scheduler.fluid import FlowJob, _contenders, _let_go, _Occupancy, comm_rates
 from scheduler.memory import Pool
 from scheduler.registry import make_policy
 from scheduler.simulator import simulate
@@ -156,3 +157,28 @@ def test_a_split_fragment_among_an_iterations_last_waits_for_its_timeout(
         assert short[job.job_id].bypass > 0.05
         longer = long[job.job_id].t_comm_s > 1.2 * short[job.job_id].t_comm_s
         assert longer == stranded, (job, short[job.job_id], long[job.job_id])
+
+
+def test_a_split_needs_the_holder_to_let_go_within_the_spread_whatever_its_mean_hold() -> None:
+    # A collision lands on a claim in proportion to its hold and finds it ending within the
+    # spread s with chance min(h, s) / h: long first-window holds and short later ones let
+    # go less often than s over their mean hold says (the fluid model once split a third to
+    # two thirds more fragments than the fragment-level model in "mixed-widths").
+    cfg = SimConfig(pool=Pool(32), window=16)
+    jobs = _contenders(cfg, [FlowJob(i, w, 256 * 32, 5e-5) for i, w in enumerate((2, 8, 8))], False)
+    ones = np.ones(3)
+    first, later = 6e-6, 1e-6
+    occ = _Occupancy(
+        t_comm=ones, spread=ones, claims=ones, held=ones, held_complete=0 * ones, duty=ones,
+        holds=((first * ones, 0.5 * ones), (later * ones, 0.5 * ones), (ones, 0 * ones)),
+    )  # fmt: skip
+    mean = 0.5 * (first + later)
+    want = [(0.5 * min(first, s) + 0.5 * min(later, s)) / mean for s in jobs.skew]
+    assert _let_go(jobs, occ) == pytest.approx(want)
+    assert all(w < min(1.0, s / mean) for w, s in zip(want, jobs.skew, strict=True))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_mixed_widths_hold_their_bound_on_seeds_the_model_was_not_fixed_on(seed: int) -> None:
+    for e in validate(("atp", "esa"), count=3, seed=seed, family="mixed-widths"):
+        assert e.jct_rel_error <= FAMILY_BOUNDS["mixed-widths"], e
