@@ -7,6 +7,7 @@
     inasched launch --workers N ... -- train.py ARGS   (a job and its workers under torchrun)
     inasched token create TENANT [--admin] [--init] | list | revoke TENANT
     inasched switch|ps|worker|bench ...       (the soft switch, PS, worker, JCT benchmark)
+    inasched topology FILE                     (check a topology file and describe it)
 
 Settings not given as flags come from ``INASCHED_*`` variables (`api.settings.Settings`).
 ``--service`` and ``--token`` are global: accepted before or after any command word. Exit
@@ -58,6 +59,7 @@ DELEGATES = {
     "ps": "cli.ps",
     "worker": "workers.worker",
     "bench": "bench.jct.cli",
+    "topology": "cli.topology",
 }
 GLOBAL_FLAGS = ("--service", "--url", "--token", "--log-level")
 # Objects allocated between two young collections in a started service, and how often a
@@ -69,6 +71,7 @@ DELEGATE_HELP = {
     "ps": "run a parameter server alone",
     "worker": "run one worker of a job (--job ID --token JOIN_TOKEN --service URL)",
     "bench": "the JCT benchmark: simulation, emulation, validation",
+    "topology": "check a topology file (docs/topology.md) and describe it",
 }
 DESCRIPTION = """\
 inasched schedules a programmable switch's in-network aggregation memory among

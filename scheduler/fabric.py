@@ -10,9 +10,9 @@ with one figure. Values are checked when made; bad input raises `TopologyError`.
 
 The topology file is JSON, documented with every default's source in ``docs/topology.md``:
 `load_fabric` reads it, `dump_fabric` writes it, `parse_fabric` checks a decoded document and
-names the file, the switch and the field of each error. ``python -m scheduler.fabric FILE``
-prints a file's one-line description or its error. Not ``api.coordinator.topology``: that is
-the service's data-plane addresses.
+names the file, the switch and the field of each error; ``inasched topology FILE``
+(``cli.topology``) prints a file's description or its error. Not ``api.coordinator.topology``:
+that is the service's data-plane addresses.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +44,6 @@ __all__ = [
     "dump_fabric",
     "fabric_dict",
     "load_fabric",
-    "main",
     "parse_fabric",
     "two_level_fabric",
 ]
@@ -454,22 +452,3 @@ def dump_fabric(fabric: Fabric, path: Path | str) -> None:
     lines = ",\n".join(f"    {json.dumps(s)}" for s in doc["switches"])
     head = f'"lanes": {doc["lanes"]}, "gpus_per_server": {doc["gpus_per_server"]}'
     Path(path).write_text(f'{{\n  {head},\n  "switches": [\n{lines}\n  ]\n}}\n', "utf-8")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m scheduler.fabric FILE``: print the file's description, or its error (2)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1:
-        print("usage: python -m scheduler.fabric TOPOLOGY.json", file=sys.stderr)
-        return 2
-    try:
-        fabric = load_fabric(args[0])
-    except TopologyError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    print(fabric.describe())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from bench.jct.params import BenchParams
+from cli.topology import main
 from scheduler.errors import TopologyError
 from scheduler.fabric import (
     GPUS_PER_SERVER,
@@ -23,7 +24,6 @@ from scheduler.fabric import (
     dump_fabric,
     fabric_dict,
     load_fabric,
-    main,
     parse_fabric,
     two_level_fabric,
 )
