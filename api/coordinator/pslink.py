@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from p4ctl.backend import Endpoint
 
 from api.coordinator.topology import PsRegistry
+from api.outage import Outage
 from scheduler.errors import PsUnavailable
 from workers.ps_control import ControlError, RemotePs
 
@@ -68,8 +69,7 @@ class PsLink:
             self.where = "the PS in this process"
         self._lock = threading.Lock()
         self._away: str | None = None  # the episode's last error; None while the PS takes calls
-        self._since = 0.0
-        self._failed = 0  # calls that failed in the episode
+        self._outage = Outage(clock)
         self._retry_s = RETRY_S
         self._next_try = 0.0
         self._try = False  # the next call goes to the PS (a retry is due)
@@ -83,7 +83,7 @@ class PsLink:
     def away_s(self) -> float:
         """Seconds since the PS stopped taking calls; 0 while it takes them."""
         with self._lock:
-            return self.clock() - self._since if self._away is not None else 0.0
+            return self._outage.away_s()
 
     def register(self, job_id: int, fan_in: int, *, window: int, policy: str) -> None:
         """Have the PS serve a job newly admitted under switch job id `job_id` (whatever it
@@ -156,13 +156,10 @@ class PsLink:
 
     def _failed_with(self, error: str) -> None:
         with self._lock:
-            now, began = self.clock(), self._away is None
-            if began:
-                self._since, self._failed, self._retry_s = now, 0, RETRY_S
-            else:
-                self._retry_s = min(2 * self._retry_s, RETRY_MAX_S)
-            self._away, self._failed = error, self._failed + 1
-            self._next_try = now + self._retry_s
+            began = self._outage.fail()
+            self._retry_s = RETRY_S if began else min(2 * self._retry_s, RETRY_MAX_S)
+            self._away = error
+            self._next_try = self.clock() + self._retry_s
         if began:
             log.warning(
                 "%s does not take jobs: %s. Jobs wait queued, with this reason, until it does "
@@ -175,9 +172,10 @@ class PsLink:
 
     def _took(self) -> None:
         with self._lock:
-            if self._away is None:
+            ended = self._outage.end()
+            if ended is None:
                 return
-            away_s, failed = self.clock() - self._since, self._failed
+            away_s, failed = ended
             self._away, self._try = None, False
         log.warning(
             "%s takes jobs again, after %.0f s away (%d calls failed meanwhile)",

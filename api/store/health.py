@@ -27,6 +27,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
+from api.outage import Outage
 from api.store.db import DatabaseUnavailable
 
 __all__ = ["KINDS", "StoreFault", "StoreHealth", "store_fault"]
@@ -97,14 +98,16 @@ class StoreHealth:
 
     def __init__(self, clock: Any = time.monotonic) -> None:
         self._lock = threading.Lock()
-        self._clock = clock
+        self._outage = Outage(clock)
         self.current: StoreFault | None = None
         self.faults = 0  # every fault seen, episode or not
         self.by_kind = dict.fromkeys(KINDS, 0)
         self.episodes = 0
-        self.since: float | None = None  # wall clock (time.time) of the open episode's start
-        self._since = 0.0
-        self._refused = 0
+
+    @property
+    def since(self) -> float | None:
+        """Wall clock (time.time) of the open episode's start; None while the store answers."""
+        return self._outage.since
 
     def fault(self, exc: BaseException) -> StoreFault | None:
         """Record `exc` if it is a store fault (`store_fault`); returns the fault, or None."""
@@ -114,10 +117,9 @@ class StoreHealth:
         with self._lock:
             self.faults += 1
             self.by_kind[found.kind] += 1
-            self._refused += 1
-            if self.current is None or self.current.kind != found.kind:
-                self.current, self._since, self._refused = found, self._clock(), 1
-                self.since = time.time()
+            other_kind = self.current is not None and self.current.kind != found.kind
+            if self._outage.fail(new=other_kind):
+                self.current = found
                 self.episodes += 1
                 log.error("%s", found.detail.split(". ")[0])
         return found
@@ -128,22 +130,22 @@ class StoreHealth:
         if current is None or (current.kind == "full" and not wrote):
             return
         with self._lock:
-            if self.current is None:
+            ended = self._outage.end()
+            if ended is None or self.current is None:
                 return
-            lasted = self._clock() - self._since
+            lasted, refused = ended
             log.warning(
                 "the job store answers again after %.0f s (store %s; %d operations refused)",
                 lasted,
                 self.current.kind,
-                self._refused,
+                refused,
             )
             self.current = None
-            self.since = None
 
     def away_s(self) -> float:
         """Seconds since the open episode began; 0 while the store answers."""
         with self._lock:
-            return 0.0 if self.current is None else max(0.0, self._clock() - self._since)
+            return self._outage.away_s()
 
     def watch(self, sessions: sessionmaker[Session]) -> None:
         """End episodes on the commits of `sessions` (writes seen by flushes and statements)."""
