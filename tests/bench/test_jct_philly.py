@@ -55,9 +55,9 @@ def test_a_philly_job_wider_than_the_switch_is_refused_under_every_policy(
     trace = tmp_path / "wide.csv"
     trace.write_text(
         "job_id,submit_time,arrival_s,num_gpus,num_workers,servers_8gpu,duration_s,gpu_hours,vc\n"
-        "0,2017-12-04 00:00:10,10,4,4,1,60,0.067,ee9e8c\n"
-        "1,2017-12-04 00:00:20,20,64,64,8,90,1.6,ee9e8c\n"
-        "2,2017-12-04 00:00:30,30,8,8,1,75,0.167,6214e9\n"
+        "0,2017-11-07 00:00:10,10,4,4,1,60,0.067,ee9e8c\n"
+        "1,2017-11-07 00:00:20,20,64,64,8,90,1.6,ee9e8c\n"
+        "2,2017-11-07 00:00:30,30,8,8,1,75,0.167,6214e9\n"
     )
     out = tmp_path / "out"
     policies = ",".join(policy_names() + ablation_names())
