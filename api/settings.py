@@ -139,6 +139,12 @@ class SwitchSettings(_Section):
         description="the embedded switch and PS send bursts as UDP GSO super-datagrams; "
         "`false`: one datagram at a time",
     )
+    topology: Path | None = Field(
+        default=None,
+        description="a topology file (`docs/topology.md`): the service runs a fabric of "
+        "switches, a P4Runtime connection to each; with the `embedded` target it starts one "
+        "soft switch per switch on loopback, else it connects to the file's addresses",
+    )
 
     @field_validator("lanes")
     @classmethod

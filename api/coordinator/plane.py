@@ -23,6 +23,8 @@ from api.settings import Settings, parse_hostport
 
 if TYPE_CHECKING:
     from p4ctl.client import SwitchClient
+
+    from api.coordinator.fabricplane import FabricAddresses
     from p4ctl.softswitch import SoftSwitch
 
 __all__ = [
@@ -53,6 +55,8 @@ class DataPlane:
     registry: PsRegistry | None
     p4runtime: str | None = None
     closers: list[Callable[[], None]] = field(default_factory=list)
+    # A fabric of switches (INASCHED_SWITCH_TOPOLOGY) instead of one.
+    fabric: FabricAddresses | None = None
 
     @property
     def topology(self) -> Topology:

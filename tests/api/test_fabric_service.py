@@ -1,0 +1,158 @@
+"""The service on a fabric of soft switches (real P4Runtime servers, one per switch): a job is
+installed on each switch of its tree, removed from all of them, failed when one goes away."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from p4ctl.client import SwitchClient
+from p4ctl.softswitch import SoftSwitch
+
+from api.http.app import create_app
+from api.settings import Settings
+from api.store.crud import create_tenant_token
+from tests.api.conftest import LiveServer, wait_for
+
+SWITCHES = ("spine", "tor0", "tor1")
+
+
+@dataclass
+class Fabric:
+    client: httpx.Client
+    token: str
+    switches: dict[str, SoftSwitch]
+
+    def auth(self, token: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token or self.token}"}
+
+    def submit(self, n_workers: int) -> dict[str, object]:
+        body = {"name": "job", "n_workers": n_workers, "iterations": 1000, "gradient_bytes": 4096}
+        answer = self.client.post("/jobs", json=body, headers=self.auth())
+        assert answer.status_code == 201, answer.text
+        job: dict[str, object] = answer.json()
+        wait_for(lambda: self.job(job)["state"] == "admitted", "admission")
+        return job
+
+    def job(self, job: dict[str, object]) -> dict[str, object]:
+        answer = self.client.get(f"/jobs/{job['id']}", headers=self.auth())
+        result: dict[str, object] = answer.json()
+        return result
+
+    def join(self, job: dict[str, object], host: str, port: int) -> httpx.Response:
+        return self.client.post(
+            f"/jobs/{job['id']}/workers",
+            json={"data_host": host, "data_port": port},
+            headers=self.auth(str(job["join_token"])),
+        )
+
+    def holding(self, name: str) -> set[int]:
+        """The switch job ids switch `name` holds, as a P4Runtime reader sees them."""
+        with SwitchClient(self.switches[name].p4runtime_address, election_id=None) as reader:
+            return reader.installed_jobs()
+
+
+@pytest.fixture
+def fabric(tmp_path: Path) -> Iterator[Fabric]:
+    topology = tmp_path / "fabric.json"
+    topology.write_text(
+        json.dumps(
+            {
+                "lanes": 64,
+                "switches": [
+                    {"name": "spine", "aggregators": 128},
+                    {"name": "tor0", "aggregators": 128, "parent": "spine",
+                     "rack": {"networks": ["127.0.1.0/24"]}},
+                    {"name": "tor1", "aggregators": 256, "parent": "spine",
+                     "rack": {"networks": ["127.0.2.0/24"]}},
+                ],
+            }
+        )
+    )
+    settings = Settings(
+        data_dir=tmp_path,
+        tick_s=0.05,
+        heartbeat_timeout_s=60.0,
+        switch={"target": "embedded", "topology": topology},
+        policy={"policy": "atp"},
+    )
+    app = create_app(settings)
+    service = app.state.service
+    with service.sessions() as s:
+        token = create_tenant_token(s, tenant="alice", admin=True)
+    with LiveServer(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        assert service.plane is not None and service.plane.fabric is not None
+        started = [
+            c.__self__
+            for c in service.plane.closers
+            if isinstance(getattr(c, "__self__", None), SoftSwitch)
+        ]
+        yield Fabric(client, token, dict(zip(SWITCHES, started, strict=True)))
+
+
+def _data(switch: SoftSwitch) -> dict[str, object]:
+    host, port = switch.data_address
+    return {"host": host, "port": port}
+
+
+def test_a_worker_learns_its_tors_data_address(fabric: Fabric) -> None:
+    job = fabric.submit(2)
+    first = fabric.join(job, "127.0.1.5", 41001)
+    second = fabric.join(job, "127.0.2.5", 41002)
+    assert first.status_code == second.status_code == 201
+    assert first.json()["switch"] == _data(fabric.switches["tor0"])
+    assert second.json()["switch"] == _data(fabric.switches["tor1"])
+    stray = fabric.join(fabric.submit(1), "127.0.0.1", 41003)
+    assert stray.status_code == 422
+    assert "in no rack's networks (tor0: 127.0.1.0/24; tor1: 127.0.2.0/24)" in stray.text
+
+
+def test_a_job_is_installed_on_its_tree_and_removed_from_all_of_it(fabric: Fabric) -> None:
+    wide, narrow = fabric.submit(3), fabric.submit(2)
+    for host, port in (("127.0.1.1", 41001), ("127.0.2.1", 41002)):
+        assert fabric.join(wide, host, port).status_code == 201
+    # Not every worker has joined: no switch holds the job yet.
+    assert all(not fabric.holding(name) for name in SWITCHES)
+    sid_wide = fabric.join(wide, "127.0.2.2", 41003).json()["switch_job_id"]
+    for port in (41004, 41005):
+        sid_narrow = fabric.join(narrow, "127.0.1.9", port).json()["switch_job_id"]
+    assert fabric.holding("spine") == {sid_wide}  # the in-rack job never touches the spine
+    assert fabric.holding("tor0") == {sid_wide, sid_narrow}
+    assert fabric.holding("tor1") == {sid_wide}
+    cancel = fabric.client.post(f"/jobs/{wide['id']}/cancel", headers=fabric.auth())
+    assert cancel.status_code == 200, cancel.text
+    wait_for(lambda: not fabric.holding("spine") and not fabric.holding("tor1"), "removal")
+    assert fabric.holding("tor0") == {sid_narrow}
+
+
+def test_switch_lists_every_switch_of_the_fabric(fabric: Fabric) -> None:
+    view = fabric.client.get("/switch", headers=fabric.auth()).json()
+    assert [s["name"] for s in view["switches"]] == list(SWITCHES)
+    assert [s["aggregators"] for s in view["switches"]] == [128, 128, 256]
+    assert view["aggregators"] == 128  # the scheduler places on the smallest pool
+    tor1 = view["switches"][2]
+    assert tor1["data"] == "{host}:{port}".format(**_data(fabric.switches["tor1"]))
+    assert tor1["lost"] == "" and tor1["unavailable"] == ""
+
+
+def test_a_switch_going_away_fails_the_jobs_of_its_tree_only(fabric: Fabric) -> None:
+    wide, narrow = fabric.submit(2), fabric.submit(2)
+    assert fabric.join(wide, "127.0.1.1", 41001).status_code == 201
+    sid_wide = fabric.join(wide, "127.0.2.1", 41002).json()["switch_job_id"]
+    for port in (41003, 41004):
+        assert fabric.join(narrow, "127.0.1.2", port).status_code == 201
+    assert sid_wide in fabric.holding("spine")
+    fabric.switches["tor1"].stop()
+    wait_for(lambda: fabric.job(wide)["state"] == "failed", "the wide job failing")
+    reason = str(fabric.job(wide)["reason"])
+    assert reason.startswith("switch tor1 of its tree went away"), reason
+    wait_for(lambda: sid_wide not in fabric.holding("tor0"), "its memory freed on tor0")
+    assert fabric.holding("spine") == set()
+    assert fabric.job(narrow)["state"] == "running"
+    view = fabric.client.get("/switch", headers=fabric.auth()).json()
+    lost = {s["name"]: s["lost"] for s in view["switches"]}
+    assert lost["tor1"] and not lost["tor0"] and not lost["spine"]
