@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from p4ctl.backend import Endpoint, JobInstall, Occupancy, SwitchBackend, SwitchCounters
@@ -38,15 +38,16 @@ class NotUnderATor(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class TreeEntry:
-    """What one switch of a job's tree holds for it: the job's entry (`install`), its
-    contributors ``(id, endpoint)`` (a ToR's: its rack's workers, by their job-wide ids; an
-    inner switch's: its children in the tree, numbered in file order), and `up`, the parent's
-    data address where the tree goes on above this switch (None at the tree's top, whose
-    complete sums go back down)."""
+    """What one switch of a job's tree holds for it (``p4/PROTOCOL.md`` 7.2): the job's entry
+    (`install`: the job's fan-in, its PS), its `workers` ``(job-wide id, endpoint)`` (a ToR's
+    rack's; none above), its `children` in the tree (data addresses, in file order; results
+    go down to them), and `up`, the parent's data address where the tree goes on above this
+    switch (None at the tree's top, whose complete sums go back down)."""
 
     switch: str
     install: JobInstall
-    contributors: tuple[tuple[int, Endpoint], ...]
+    workers: tuple[tuple[int, Endpoint], ...]
+    children: tuple[Endpoint, ...]
     up: Endpoint | None
 
 
@@ -57,22 +58,17 @@ def tree_entries(
     workers: Mapping[int, tuple[str, Endpoint]],
 ) -> list[TreeEntry]:
     """The entries of a job whose workers are ``{worker id: (ToR, endpoint)}``, lowest level
-    first. A ToR's entry keeps the job's fan-in (worker ids and bitmap are job-wide); an inner
-    switch's counts its children in the tree."""
+    first. Worker ids and the bitmap are the job's at every switch; a job in one rack is one
+    entry, its ToR's, exactly as on a single switch."""
     tree = fabric.tree_of(tor for _, (tor, _) in sorted(workers.items()))
     top = tree[-1]
     entries = []
     for name in tree:
         switch = fabric.switch(name)
-        if switch.rack is not None:
-            mine = tuple((w, ep) for w, (tor, ep) in sorted(workers.items()) if tor == name)
-            entry = install
-        else:
-            kids = [c for c in fabric.children(name) if c in tree]
-            mine = tuple((i, data[c]) for i, c in enumerate(kids))
-            entry = replace(install, fan_in=len(kids))
+        mine = tuple((w, ep) for w, (tor, ep) in sorted(workers.items()) if tor == name)
+        kids = tuple(data[c] for c in fabric.children(name) if c in tree)
         up = None if name == top or switch.parent is None else data[switch.parent]
-        entries.append(TreeEntry(name, entry, mine, up))
+        entries.append(TreeEntry(name, install, mine, kids, up))
     return entries
 
 
@@ -121,6 +117,9 @@ class FabricSwitches:
         self._lost: dict[str, str] = {}
         self._reads: dict[str, tuple[Occupancy, SwitchCounters]] = {}
         self._lock = threading.RLock()
+        # Told each job's tree once written: (switch job id, the top's data address, the
+        # data addresses of the switches below it), for the job's PS (`PsLink.route`).
+        self.on_tree: Callable[[int, Endpoint, tuple[Endpoint, ...]], None] | None = None
 
     # ------------------------------------------------------------------ the fabric
 
@@ -174,12 +173,12 @@ class FabricSwitches:
                 for name in self.switches
             ]
 
-    def _call(self, name: str, what: str, *args: object) -> object:
+    def _call(self, name: str, what: str, *args: object, **kwargs: object) -> object:
         """`what` on switch `name`; a switch that does not answer becomes lost."""
         if name in self._lost:
             raise SwitchUnavailable(name, f"lost earlier: {self._lost[name]}")
         try:
-            return getattr(self.switches[name], what)(*args)
+            return getattr(self.switches[name], what)(*args, **kwargs)
         except SwitchUnavailable as exc:
             self._lose(name, str(exc))
             raise
@@ -227,8 +226,15 @@ class FabricSwitches:
                 self._call(name, "remove_job", sid)
         for entry in entries:
             self._call(entry.switch, "install_job", entry.install)
-            for contributor, endpoint in entry.contributors:
-                self._call(entry.switch, "add_worker", sid, contributor, endpoint)
+            for worker, endpoint in entry.workers:
+                self._call(entry.switch, "add_worker", sid, worker, endpoint)
+            for child in entry.children:
+                self._call(entry.switch, "add_link", sid, child, down=True)
+            if entry.up is not None:
+                self._call(entry.switch, "add_link", sid, entry.up, down=False)
+        if self.on_tree is not None:
+            *below, top = (self.data[e.switch] for e in entries)
+            self.on_tree(sid, top, tuple(below))
 
     def set_priority(self, job_id: int, level: int) -> None:
         with self._lock:

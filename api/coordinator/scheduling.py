@@ -125,6 +125,9 @@ class Coordinator:
         # Without a data plane (the in-memory backend) there is nothing to hold reports to.
         self.progress = ProgressCheck(lanes=self.pool.lanes) if verify_progress else None
         self.releaser = Releaser(backend=backend, ps=self.ps, on_released=self._released)
+        if isinstance(backend, FabricSwitches) and self.ps is not None:
+            ps = self.ps
+            backend.on_tree = lambda sid, top, below: ps.route(sid, switch=top, children=below)
         self.applier = DecisionApplier(
             backend=backend,
             pool=self.pool,

@@ -26,6 +26,7 @@ class Fabric:
     client: httpx.Client
     token: str
     switches: dict[str, SoftSwitch]
+    ps: tuple[str, int]
 
     def auth(self, token: str | None = None) -> dict[str, str]:
         return {"Authorization": f"Bearer {token or self.token}"}
@@ -91,7 +92,19 @@ def fabric(tmp_path: Path) -> Iterator[Fabric]:
             for c in service.plane.closers
             if isinstance(getattr(c, "__self__", None), SoftSwitch)
         ]
-        yield Fabric(client, token, dict(zip(SWITCHES, started, strict=True)))
+        ps = service.plane.ps
+        yield Fabric(client, token, dict(zip(SWITCHES, started, strict=True)), (ps.host, ps.port))
+
+
+def _sources(switch: SoftSwitch, sid: int) -> set[tuple[int, tuple[str, int]]]:
+    """``{(worker id, source address)}`` of the switch's worker table for job `sid`."""
+    return {(w, (host, port)) for j, w, host, port in switch.pipeline.sources if j == sid}
+
+
+def _group(switch: SoftSwitch, sid: int) -> set[tuple[str, int]]:
+    """The addresses job `sid`'s multicast group sends to on `switch`."""
+    ports = switch.pipeline.groups.get(sid + 1, ())
+    return {switch.pipeline.endpoints[port] for port in ports}
 
 
 def _data(switch: SoftSwitch) -> dict[str, object]:
@@ -123,6 +136,31 @@ def test_a_job_is_installed_on_its_tree_and_removed_from_all_of_it(fabric: Fabri
     assert fabric.holding("spine") == {sid_wide}  # the in-rack job never touches the spine
     assert fabric.holding("tor0") == {sid_wide, sid_narrow}
     assert fabric.holding("tor1") == {sid_wide}
+    # p4/PROTOCOL.md 7.2: job-wide worker ids at the ToRs, each ToR's parent and the spine's
+    # children registered as worker 255, and the spine's group the ToRs' ports.
+    spine, tor0, tor1 = (fabric.switches[name] for name in SWITCHES)
+    assert _sources(tor0, sid_wide) == {
+        (0, ("127.0.1.1", 41001)),
+        (255, spine.data_address),
+        (255, fabric.ps),
+    }
+    assert _sources(tor1, sid_wide) - {(255, fabric.ps)} == {
+        (1, ("127.0.2.1", 41002)),
+        (2, ("127.0.2.2", 41003)),
+        (255, spine.data_address),
+    }
+    assert _sources(spine, sid_wide) == {
+        (255, tor0.data_address),
+        (255, tor1.data_address),
+        (255, fabric.ps),
+    }
+    assert _group(spine, sid_wide) == {tor0.data_address, tor1.data_address}
+    assert _group(tor1, sid_wide) == {("127.0.2.1", 41002), ("127.0.2.2", 41003)}
+    assert _sources(tor0, sid_narrow) == {
+        (0, ("127.0.1.9", 41004)),
+        (1, ("127.0.1.9", 41005)),
+        (255, fabric.ps),
+    }
     cancel = fabric.client.post(f"/jobs/{wide['id']}/cancel", headers=fabric.auth())
     assert cancel.status_code == 200, cancel.text
     wait_for(lambda: not fabric.holding("spine") and not fabric.holding("tor1"), "removal")
