@@ -194,3 +194,18 @@ def test_a_switch_going_away_fails_the_jobs_of_its_tree_only(fabric: Fabric) -> 
     view = fabric.client.get("/switch", headers=fabric.auth()).json()
     lost = {s["name"]: s["lost"] for s in view["switches"]}
     assert lost["tor1"] and not lost["tor0"] and not lost["spine"]
+
+
+def test_metrics_label_every_switch(fabric: Fabric) -> None:
+    job = fabric.submit(2)
+    assert fabric.join(job, "127.0.1.1", 41001).status_code == 201
+    assert fabric.join(job, "127.0.2.1", 41002).status_code == 201
+    fabric.switches["tor1"].stop()
+    wait_for(lambda: fabric.job(job)["state"] == "failed", "the job failing")
+    text = fabric.client.get("/metrics", headers=fabric.auth()).text
+    for name, size in (("spine", 128), ("tor0", 128), ("tor1", 256)):
+        assert f'inasched_switch_aggregators{{switch="{name}"}} {size}' in text
+        assert f'inasched_switch_aggregated_total{{switch="{name}"}} 0' in text
+    assert 'inasched_switch_aggregators_used{switch="tor0",state="partial"} 0' in text
+    assert 'inasched_switch_lost{switch="tor1"} 1' in text
+    assert 'inasched_switch_lost{switch="tor0"} 0' in text
