@@ -91,6 +91,8 @@ class _SwitchState:
         self.drop_packets, self.drop_bytes = drop_counters
         self.drop_rate = drop_rate
         self._loss = random.Random(seed)
+        # The data address of this switch's parent in a fabric (p4/PROTOCOL.md 7.7), or None.
+        self.parent: Address | None = None
 
     def handle(self, data: bytes, source: Address) -> list[tuple[bytes, Address]]:
         """One packet pass; returns the datagrams that leave, each with its UDP destination."""
