@@ -1,35 +1,51 @@
 """The switches of a fabric, for the service: started on loopback, or found at the topology
 file's addresses, and one P4Runtime client each (`api.coordinator.fabriclink.FabricSwitches`).
 
-With the `embedded` target every switch of the file is a `SoftSwitch` of this process, on the
-file's `data` and `p4runtime` addresses or any free loopback port, sized by the file; with any
-other target every switch must give both addresses in the file, and the service connects to
-them. The root's data address is the `Topology`'s switch address (where the PS sends).
+With the `embedded` target every switch of the file is an ``inasched switch`` process of its
+own (``python -m p4ctl.softswitch``), parents first, each child with ``--parent`` its parent's
+data address, on the file's `data` and `p4runtime` addresses or free loopback ports, sized by
+the file; each logs to ``switch-NAME.log`` in the data dir. With any other target every switch
+must give both addresses in the file, and the service connects to them. The root's data
+address is the `Topology`'s switch address.
 """
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from p4ctl.backend import Endpoint
 
 from api.coordinator.fabriclink import FabricSwitches
 from api.settings import Settings
 from scheduler.errors import TopologyError
-from scheduler.fabric import Fabric, load_fabric, parse_address
+from scheduler.fabric import Fabric, Switch, load_fabric, parse_address
 
 __all__ = ["FabricAddresses", "connect_fabric", "open_fabric"]
+
+# A soft switch process imports grpc and numpy and builds its pipeline before it listens:
+# about a second here; a loaded machine may take several.
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
 class FabricAddresses:
     """A fabric and where each of its switches answers: ``{name: (P4Runtime, data)}``;
-    `embedded` when this process runs them."""
+    `processes` the switch processes this service started (none: it started none)."""
 
     fabric: Fabric
     switches: dict[str, tuple[str, Endpoint]]
-    embedded: bool
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def embedded(self) -> bool:
+        return bool(self.processes)
 
     @property
     def root_data(self) -> Endpoint:
@@ -37,8 +53,8 @@ class FabricAddresses:
 
 
 def open_fabric(settings: Settings, closers: list[Callable[[], None]]) -> FabricAddresses:
-    """The fabric of ``settings.switch.topology``, its soft switches started (their stops go to
-    `closers`) with the `embedded` target; `TopologyError` naming the file and the field."""
+    """The fabric of ``settings.switch.topology``, its switch processes started (their stops
+    go to `closers`) with the `embedded` target; `TopologyError` naming the file and field."""
     assert settings.switch.topology is not None
     fabric = load_fabric(settings.switch.topology)
     where = str(settings.switch.topology)
@@ -57,27 +73,93 @@ def open_fabric(settings: Settings, closers: list[Callable[[], None]]) -> Fabric
                 s.name: (str(s.p4runtime), Endpoint(*parse_address(s.data, "data")))
                 for s in fabric.switches
             },
-            embedded=False,
         )
-    from p4ctl.softswitch import SoftSwitch
-
     started: dict[str, tuple[str, Endpoint]] = {}
-    for s in fabric.switches:
-        data = parse_address(s.data or "127.0.0.1:0", "data")
-        p4runtime = parse_address(s.p4runtime or "127.0.0.1:0", "p4runtime")
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    # Parents first: a child is started with its parent's data address.
+    for s in sorted(fabric.switches, key=lambda s: len(fabric.path_up(s.name))):
+        parent = started[s.parent][1] if s.parent is not None else None
+        log_path = settings.data_dir / f"switch-{s.name}.log"
+        process, p4runtime, data = _start(s, fabric.lanes, parent, settings.switch.gso, log_path)
+        closers.append(lambda p=process: _stop(p))
         try:
-            switch = SoftSwitch(
-                aggregators=s.aggregators,
-                lanes=fabric.lanes,
-                data=data,
-                p4runtime=p4runtime,
-                gso=settings.switch.gso,
-            ).start()
-        except (OSError, ValueError) as exc:
-            raise TopologyError(f"{where}: switch {s.name!r} cannot start: {exc}") from exc
-        closers.append(switch.stop)
-        started[s.name] = (switch.p4runtime_address, Endpoint(*switch.data_address))
-    return FabricAddresses(fabric, started, embedded=True)
+            _wait_listening(process, p4runtime, log_path)
+        except TopologyError as exc:
+            raise TopologyError(f"{where}: switch {s.name!r} did not start: {exc}") from None
+        started[s.name] = (f"{p4runtime[0]}:{p4runtime[1]}", Endpoint(*data))
+        processes[s.name] = process
+    ordered = {s.name: started[s.name] for s in fabric.switches}
+    return FabricAddresses(fabric, ordered, {s.name: processes[s.name] for s in fabric.switches})
+
+
+def _free_port(kind: socket.SocketKind) -> int:
+    """A port free on loopback now (the switch binds it a moment later)."""
+    with socket.socket(socket.AF_INET, kind) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _start(
+    switch: Switch, lanes: int, parent: Endpoint | None, gso: bool, log_path: Path
+) -> tuple[subprocess.Popen[bytes], tuple[str, int], tuple[str, int]]:
+    """``(process, P4Runtime address, data address)`` of `switch` started as a process."""
+    data = parse_address(switch.data or "127.0.0.1:0", "data")
+    if data[1] == 0:
+        data = (data[0], _free_port(socket.SOCK_DGRAM))
+    p4runtime = parse_address(switch.p4runtime or "127.0.0.1:0", "p4runtime")
+    if p4runtime[1] == 0:
+        p4runtime = (p4runtime[0], _free_port(socket.SOCK_STREAM))
+    argv = [
+        sys.executable, "-m", "p4ctl.softswitch",
+        "--data", f"{data[0]}:{data[1]}",
+        "--p4runtime", f"{p4runtime[0]}:{p4runtime[1]}",
+        "--aggregators", str(switch.aggregators),
+        "--lanes", str(lanes),
+        "--gso", "on" if gso else "off",
+        "--log-level", "WARNING",
+    ]  # fmt: skip
+    if parent is not None:
+        argv += ["--parent", f"{parent.host}:{parent.port}"]
+    with log_path.open("ab") as log_file:
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file)
+    return process, p4runtime, data
+
+
+def _wait_listening(
+    process: subprocess.Popen[bytes], address: tuple[str, int], log_path: Path
+) -> None:
+    """Return once `process` accepts connections on its P4Runtime `address`."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        if process.poll() is not None:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
+            raise TopologyError(
+                f"it exited with status {process.returncode}: {' / '.join(tail)} ({log_path})"
+            )
+        try:
+            with socket.create_connection(address, timeout=0.5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                _stop(process)
+                raise TopologyError(
+                    f"no P4Runtime server on {address[0]}:{address[1]} after "
+                    f"{START_TIMEOUT_S:g} s ({log_path})"
+                ) from None
+            time.sleep(0.05)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (the switch stops cleanly), then SIGKILL if it does not end in time."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def connect_fabric(

@@ -1,17 +1,20 @@
-"""The service on a fabric of soft switches (real P4Runtime servers, one per switch): a job is
-installed on each switch of its tree, removed from all of them, failed when one goes away."""
+"""The service on a fabric of soft switch processes (real P4Runtime servers, one per switch):
+a worker learns its ToR, a job is installed on each switch of its tree as p4/PROTOCOL.md 7.2
+says and removed from all of them, a switch that goes away fails the jobs of its tree."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+from p4.v1 import p4runtime_pb2 as p4rt
 from p4ctl.client import SwitchClient
-from p4ctl.softswitch import SoftSwitch
+from p4ctl.client_codec import addr_str
 
 from api.http.app import create_app
 from api.settings import Settings
@@ -21,11 +24,20 @@ from tests.api.conftest import LiveServer, wait_for
 SWITCHES = ("spine", "tor0", "tor1")
 
 
+@dataclass(frozen=True, slots=True)
+class Tables:
+    """What a switch's P4Runtime server answers for one job."""
+
+    sources: set[tuple[int, tuple[str, int]]]  # (worker id, source address)
+    group: set[tuple[str, int]]  # the addresses its multicast group sends to
+
+
 @dataclass
 class Fabric:
     client: httpx.Client
     token: str
-    switches: dict[str, SoftSwitch]
+    switches: dict[str, tuple[str, tuple[str, int]]]  # name -> (P4Runtime, data address)
+    processes: dict[str, subprocess.Popen[bytes]]
     ps: tuple[str, int]
 
     def auth(self, token: str | None = None) -> dict[str, str]:
@@ -51,29 +63,58 @@ class Fabric:
             headers=self.auth(str(job["join_token"])),
         )
 
+    def data(self, name: str) -> tuple[str, int]:
+        return self.switches[name][1]
+
     def holding(self, name: str) -> set[int]:
         """The switch job ids switch `name` holds, as a P4Runtime reader sees them."""
-        with SwitchClient(self.switches[name].p4runtime_address, election_id=None) as reader:
+        with SwitchClient(self.switches[name][0], election_id=None) as reader:
             return reader.installed_jobs()
+
+    def tables(self, name: str, sid: int) -> Tables:
+        """Switch `name`'s worker table and multicast group for job `sid`, over P4Runtime."""
+        with SwitchClient(self.switches[name][0], election_id=None) as reader:
+            names, stub = reader.names, reader.shell.stub
+            read = p4rt.ReadRequest(device_id=0)
+            read.entities.add().table_entry.table_id = names.table_id["worker_table"]
+            read.entities.add().table_entry.table_id = names.table_id["port_table"]
+            group = read.entities.add().packet_replication_engine_entry
+            group.multicast_group_entry.multicast_group_id = sid + 1
+            entities = [e for reply in stub.Read(read) for e in reply.entities]
+        ports: dict[int, tuple[str, int]] = {}
+        sources: set[tuple[int, tuple[str, int]]] = set()
+        members: list[int] = []
+        for entity in entities:
+            if entity.HasField("packet_replication_engine_entry"):
+                replicas = entity.packet_replication_engine_entry.multicast_group_entry.replicas
+                members = [r.egress_port for r in replicas]
+                continue
+            entry = entity.table_entry
+            key, params = names.match_values(entry), names.action_values(entry)
+            if entry.table_id == names.table_id["port_table"]:
+                ports[key[0]] = (addr_str(params["addr"]), params["udp_port"])
+            elif key[0] == sid:
+                sources.add((key[1], (addr_str(key[2]), key[3])))
+        return Tables(sources, {ports[port] for port in members})
 
 
 @pytest.fixture
 def fabric(tmp_path: Path) -> Iterator[Fabric]:
     topology = tmp_path / "fabric.json"
+    tor = {"parent": "spine", "aggregators": 128}
     topology.write_text(
         json.dumps(
             {
                 "lanes": 64,
                 "switches": [
                     {"name": "spine", "aggregators": 128},
-                    {"name": "tor0", "aggregators": 128, "parent": "spine",
-                     "rack": {"networks": ["127.0.1.0/24"]}},
-                    {"name": "tor1", "aggregators": 256, "parent": "spine",
+                    {"name": "tor0", **tor, "rack": {"networks": ["127.0.1.0/24"]}},
+                    {"name": "tor1", **tor, "aggregators": 256,
                      "rack": {"networks": ["127.0.2.0/24"]}},
                 ],
             }
         )
-    )
+    )  # fmt: skip
     settings = Settings(
         data_dir=tmp_path,
         tick_s=0.05,
@@ -86,29 +127,18 @@ def fabric(tmp_path: Path) -> Iterator[Fabric]:
     with service.sessions() as s:
         token = create_tenant_token(s, tenant="alice", admin=True)
     with LiveServer(app) as url, httpx.Client(base_url=url, timeout=30) as client:
-        assert service.plane is not None and service.plane.fabric is not None
-        started = [
-            c.__self__
-            for c in service.plane.closers
-            if isinstance(getattr(c, "__self__", None), SoftSwitch)
-        ]
-        ps = service.plane.ps
-        yield Fabric(client, token, dict(zip(SWITCHES, started, strict=True)), (ps.host, ps.port))
+        plane = service.plane
+        assert plane is not None and plane.fabric is not None
+        switches = {
+            name: (p4runtime, (data.host, data.port))
+            for name, (p4runtime, data) in plane.fabric.switches.items()
+        }
+        ps = (plane.ps.host, plane.ps.port)
+        yield Fabric(client, token, switches, plane.fabric.processes, ps)
 
 
-def _sources(switch: SoftSwitch, sid: int) -> set[tuple[int, tuple[str, int]]]:
-    """``{(worker id, source address)}`` of the switch's worker table for job `sid`."""
-    return {(w, (host, port)) for j, w, host, port in switch.pipeline.sources if j == sid}
-
-
-def _group(switch: SoftSwitch, sid: int) -> set[tuple[str, int]]:
-    """The addresses job `sid`'s multicast group sends to on `switch`."""
-    ports = switch.pipeline.groups.get(sid + 1, ())
-    return {switch.pipeline.endpoints[port] for port in ports}
-
-
-def _data(switch: SoftSwitch) -> dict[str, object]:
-    host, port = switch.data_address
+def _data(fabric: Fabric, name: str) -> dict[str, object]:
+    host, port = fabric.data(name)
     return {"host": host, "port": port}
 
 
@@ -117,8 +147,8 @@ def test_a_worker_learns_its_tors_data_address(fabric: Fabric) -> None:
     first = fabric.join(job, "127.0.1.5", 41001)
     second = fabric.join(job, "127.0.2.5", 41002)
     assert first.status_code == second.status_code == 201
-    assert first.json()["switch"] == _data(fabric.switches["tor0"])
-    assert second.json()["switch"] == _data(fabric.switches["tor1"])
+    assert first.json()["switch"] == _data(fabric, "tor0")
+    assert second.json()["switch"] == _data(fabric, "tor1")
     stray = fabric.join(fabric.submit(1), "127.0.0.1", 41003)
     assert stray.status_code == 422
     assert "in no rack's networks (tor0: 127.0.1.0/24; tor1: 127.0.2.0/24)" in stray.text
@@ -138,25 +168,19 @@ def test_a_job_is_installed_on_its_tree_and_removed_from_all_of_it(fabric: Fabri
     assert fabric.holding("tor1") == {sid_wide}
     # p4/PROTOCOL.md 7.2: job-wide worker ids at the ToRs, each ToR's parent and the spine's
     # children registered as worker 255, and the spine's group the ToRs' ports.
-    spine, tor0, tor1 = (fabric.switches[name] for name in SWITCHES)
-    assert _sources(tor0, sid_wide) == {
-        (0, ("127.0.1.1", 41001)),
-        (255, spine.data_address),
-        (255, fabric.ps),
-    }
-    assert _sources(tor1, sid_wide) - {(255, fabric.ps)} == {
-        (1, ("127.0.2.1", 41002)),
-        (2, ("127.0.2.2", 41003)),
-        (255, spine.data_address),
-    }
-    assert _sources(spine, sid_wide) == {
-        (255, tor0.data_address),
-        (255, tor1.data_address),
-        (255, fabric.ps),
-    }
-    assert _group(spine, sid_wide) == {tor0.data_address, tor1.data_address}
-    assert _group(tor1, sid_wide) == {("127.0.2.1", 41002), ("127.0.2.2", 41003)}
-    assert _sources(tor0, sid_narrow) == {
+    spine, tor0, tor1 = (fabric.data(name) for name in SWITCHES)
+    assert fabric.tables("tor0", sid_wide) == Tables(
+        {(0, ("127.0.1.1", 41001)), (255, spine), (255, fabric.ps)},
+        {("127.0.1.1", 41001)},
+    )
+    assert fabric.tables("tor1", sid_wide) == Tables(
+        {(1, ("127.0.2.1", 41002)), (2, ("127.0.2.2", 41003)), (255, spine), (255, fabric.ps)},
+        {("127.0.2.1", 41002), ("127.0.2.2", 41003)},
+    )
+    assert fabric.tables("spine", sid_wide) == Tables(
+        {(255, tor0), (255, tor1), (255, fabric.ps)}, {tor0, tor1}
+    )
+    assert fabric.tables("tor0", sid_narrow).sources == {
         (0, ("127.0.1.9", 41004)),
         (1, ("127.0.1.9", 41005)),
         (255, fabric.ps),
@@ -173,7 +197,7 @@ def test_switch_lists_every_switch_of_the_fabric(fabric: Fabric) -> None:
     assert [s["aggregators"] for s in view["switches"]] == [128, 128, 256]
     assert view["aggregators"] == 128  # the scheduler places on the smallest pool
     tor1 = view["switches"][2]
-    assert tor1["data"] == "{host}:{port}".format(**_data(fabric.switches["tor1"]))
+    assert tor1["data"] == "{host}:{port}".format(**_data(fabric, "tor1"))
     assert tor1["lost"] == "" and tor1["unavailable"] == ""
 
 
@@ -184,7 +208,7 @@ def test_a_switch_going_away_fails_the_jobs_of_its_tree_only(fabric: Fabric) -> 
     for port in (41003, 41004):
         assert fabric.join(narrow, "127.0.1.2", port).status_code == 201
     assert sid_wide in fabric.holding("spine")
-    fabric.switches["tor1"].stop()
+    fabric.processes["tor1"].kill()
     wait_for(lambda: fabric.job(wide)["state"] == "failed", "the wide job failing")
     reason = str(fabric.job(wide)["reason"])
     assert reason.startswith("switch tor1 of its tree went away"), reason
@@ -200,7 +224,7 @@ def test_metrics_label_every_switch(fabric: Fabric) -> None:
     job = fabric.submit(2)
     assert fabric.join(job, "127.0.1.1", 41001).status_code == 201
     assert fabric.join(job, "127.0.2.1", 41002).status_code == 201
-    fabric.switches["tor1"].stop()
+    fabric.processes["tor1"].kill()
     wait_for(lambda: fabric.job(job)["state"] == "failed", "the job failing")
     text = fabric.client.get("/metrics", headers=fabric.auth()).text
     for name, size in (("spine", 128), ("tor0", 128), ("tor1", 256)):
