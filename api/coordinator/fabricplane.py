@@ -11,6 +11,9 @@ address is the `Topology`'s switch address.
 
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -32,6 +35,8 @@ __all__ = ["FabricAddresses", "connect_fabric", "open_fabric"]
 # about a second here; a loaded machine may take several.
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
+# Linux prctl(2) option: the signal a child gets when its parent dies.
+_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +127,23 @@ def _start(
     if parent is not None:
         argv += ["--parent", f"{parent.host}:{parent.port}"]
     with log_path.open("ab") as log_file:
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file)
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=log_file,
+            preexec_fn=_own_session,  # noqa: PLW1509 (async-signal-safe calls only)
+        )
     return process, p4runtime, data
+
+
+def _own_session() -> None:
+    """In the switch process before it runs: out of the terminal's process group, so that
+    Ctrl-C reaches the service alone, which stops its switches after its last writes to them;
+    and SIGTERM when the service dies without stopping them (Linux)."""
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
 def _wait_listening(
