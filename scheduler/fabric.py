@@ -120,8 +120,7 @@ def _network(value: object, what: str) -> ipaddress.IPv4Network:
         return ipaddress.IPv4Network(value)
     except ValueError:
         raise TopologyError(
-            f"{what}: must be an IPv4 network (10.0.1.0/24, no host bits) or address, "
-            f"got {value!r}"
+            f"{what}: must be an IPv4 network (10.0.1.0/24, no host bits) or address, got {value!r}"
         ) from None
 
 
@@ -456,9 +455,7 @@ def _switch(value: object, what: str) -> Switch:
         rack = Rack(
             _whole(rack_raw.get("servers", SERVERS_PER_RACK), f"{what}.rack.servers"),
             _positive(rack_raw.get("server_gbps", SERVER_GBPS), f"{what}.rack.server_gbps"),
-            tuple(
-                str(_network(n, f"{what}.rack.networks[{i}]")) for i, n in enumerate(networks)
-            ),
+            tuple(str(_network(n, f"{what}.rack.networks[{i}]")) for i, n in enumerate(networks)),
         )
     for key in ("data", "p4runtime"):
         if raw.get(key) is not None:

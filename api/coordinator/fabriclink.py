@@ -20,6 +20,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from p4ctl.backend import Endpoint, JobInstall, Occupancy, SwitchBackend, SwitchCounters
 from p4ctl.errors import SwitchError, SwitchUnavailable, UpdateError, WriteFailed
@@ -249,7 +250,11 @@ class FabricSwitches:
         with self._lock:
             job = self._jobs.get(job_id)
             tree = job.tree if job is not None else ()
-            return sum(int(self._call(n, "reclaim", job_id)) for n in tree if n not in self._lost)  # type: ignore[call-overload]
+            return sum(
+                cast(int, self._call(name, "reclaim", job_id))
+                for name in tree
+                if name not in self._lost
+            )
 
     def remove_job(self, job_id: int) -> None:
         """Off every switch still answering (any may hold leftovers of an earlier tree); a
@@ -269,13 +274,13 @@ class FabricSwitches:
             held = set(self._jobs)
             for name in self.switches:
                 if name not in self._lost:
-                    held |= self._call(name, "installed_jobs")  # type: ignore[arg-type]
+                    held |= cast(set[int], self._call(name, "installed_jobs"))
             return held
 
     def occupancy(self) -> Occupancy:
         """Every switch read (kept for `reads`); the fabric's: an aggregator is held where the
         first switch holding it (file order) says, as every switch has the same placements."""
-        reads = {name: self._read(name, "occupancy", _UNREAD) for name in self.switches}
+        reads = {name: self._read_occupancy(name) for name in self.switches}
         job, state = [0] * self.aggregators, [int(AggState.FREE)] * self.aggregators
         read = [o for o in reads.values() if not o.unavailable]
         for occupancy in reversed(read):
@@ -289,7 +294,7 @@ class FabricSwitches:
     def counters(self) -> SwitchCounters:
         """Every switch read (kept for `reads`); the fabric's: per job, the ToRs' counts (each
         worker's packets enter at one ToR); drops, every switch's."""
-        reads = {name: self._read(name, "counters", _NO_COUNTERS) for name in self.switches}
+        reads = {name: self._read_counters(name) for name in self.switches}
         jobs: dict[int, dict[str, int]] = {}
         drops: dict[str, int] = {}
         tors = {t.name for t in self.fabric.tors}
@@ -306,21 +311,31 @@ class FabricSwitches:
         why = f"switch {', '.join(unread)}: no counters" if unread else ""
         return SwitchCounters(jobs, drops, why)
 
-    def _read(self, name: str, what: str, empty: object) -> object:
-        occupancy, counters = self._reads.get(name, (_UNREAD, _NO_COUNTERS))
+    def _read_occupancy(self, name: str) -> Occupancy:
+        why = ""
         try:
-            value = self._call(name, what)
-        except SwitchUnavailable:
-            why = f"switch {name} went away: {self._lost.get(name, '')}"
-            value = replace(empty, unavailable=why)  # type: ignore[type-var]
+            value = cast(Occupancy, self._call(name, "occupancy"))
         except SwitchError as exc:
-            value = replace(empty, unavailable=f"switch {name}: {exc}")  # type: ignore[type-var]
+            why = self._unread(name, exc)
+            value = Occupancy((), (), why)
         with self._lock:
-            if what == "occupancy":
-                self._reads[name] = (value, counters)  # type: ignore[assignment]
-            else:
-                self._reads[name] = (occupancy, value)  # type: ignore[assignment]
+            self._reads[name] = (value, self._reads.get(name, (_UNREAD, _NO_COUNTERS))[1])
         return value
+
+    def _read_counters(self, name: str) -> SwitchCounters:
+        try:
+            value = cast(SwitchCounters, self._call(name, "counters"))
+        except SwitchError as exc:
+            value = SwitchCounters({}, {}, self._unread(name, exc))
+        with self._lock:
+            self._reads[name] = (self._reads.get(name, (_UNREAD, _NO_COUNTERS))[0], value)
+        return value
+
+    def _unread(self, name: str, exc: SwitchError) -> str:
+        """Why switch `name` could not be read: it went away, or it refused."""
+        if isinstance(exc, SwitchUnavailable):
+            return f"switch {name} went away: {self._lost.get(name, exc)}"
+        return f"switch {name}: {exc}"
 
     def close(self) -> None:
         for backend in self.switches.values():

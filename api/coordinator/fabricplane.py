@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from p4ctl.backend import Endpoint
@@ -86,7 +87,7 @@ def open_fabric(settings: Settings, closers: list[Callable[[], None]]) -> Fabric
         parent = started[s.parent][1] if s.parent is not None else None
         log_path = settings.data_dir / f"switch-{s.name}.log"
         process, p4runtime, data = _start(s, fabric.lanes, parent, settings.switch.gso, log_path)
-        closers.append(lambda p=process: _stop(p))
+        closers.append(partial(_stop, process))
         try:
             _wait_listening(process, p4runtime, log_path)
         except TopologyError as exc:

@@ -23,9 +23,9 @@ from api.settings import Settings, parse_hostport
 
 if TYPE_CHECKING:
     from p4ctl.client import SwitchClient
+    from p4ctl.softswitch import SoftSwitch
 
     from api.coordinator.fabricplane import FabricAddresses
-    from p4ctl.softswitch import SoftSwitch
 
 __all__ = [
     "DISCARD",

@@ -281,8 +281,8 @@ class SwitchClient:
                     for (job, address), (port, _) in links.items()
                 ]
             )
-            for key in links:
-                del self._links[key]
+            for link in links:
+                del self._links[link]
             self._delete(
                 [
                     self.names.table_entry("job_table", {"job": job_id}),

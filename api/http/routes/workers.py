@@ -62,7 +62,8 @@ async def join_job(
     """The worker's id, the switch and PS addresses and the job's aggregator placement.
     A job still waiting for switch memory answers after a short wait, or 409 ``queued``.
     422 for a `data_host` that is not the request's source address nor in the service's
-    ``worker_networks`` (nor a rack's networks on a fabric), that is not unicast, or for the service's own address."""
+    ``worker_networks`` (nor a rack's networks on a fabric), that is not unicast, or for the
+    service's own address."""
     coord = service.coordinator
     topology = coord.topology
     own = [(e.host, e.port) for e in (topology.switch_data, topology.ps, *coord.fabric_data())]
