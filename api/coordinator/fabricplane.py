@@ -1,12 +1,12 @@
-"""The switches of a fabric, for the service: started on loopback, or found at the topology
-file's addresses, and one P4Runtime client each (`api.coordinator.fabriclink.FabricSwitches`).
+"""The switches of a fabric, for the service: connected to at the topology file's addresses or
+started here, and one P4Runtime client each (`api.coordinator.fabriclink.FabricSwitches`).
 
-With the `embedded` target every switch of the file is an ``inasched switch`` process of its
-own (``python -m p4ctl.softswitch``), parents first, each child with ``--parent`` its parent's
-data address, on the file's `data` and `p4runtime` addresses or free loopback ports, sized by
-the file; each logs to ``switch-NAME.log`` in the data dir. With any other target every switch
-must give both addresses in the file, and the service connects to them. The root's data
-address is the `Topology`'s switch address.
+A switch with a `p4runtime` address in the file is connected to there, and needs its `data`
+address too. One without is an ``inasched switch`` process of its own (``python -m
+p4ctl.softswitch``) on loopback, started parents first, a child with ``--parent`` its parent's
+data address, on the file's `data` address or a free port, sized by the file; it logs to
+``switch-NAME.log`` in the data dir and stops with the service. The root's data address is the
+`Topology`'s switch address.
 """
 
 from __future__ import annotations
@@ -43,15 +43,11 @@ _PR_SET_PDEATHSIG = 1
 @dataclass(frozen=True, slots=True)
 class FabricAddresses:
     """A fabric and where each of its switches answers: ``{name: (P4Runtime, data)}``;
-    `processes` the switch processes this service started (none: it started none)."""
+    `processes` the switch processes this service started, by name."""
 
     fabric: Fabric
     switches: dict[str, tuple[str, Endpoint]]
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-
-    @property
-    def embedded(self) -> bool:
-        return bool(self.processes)
 
     @property
     def root_data(self) -> Endpoint:
@@ -59,32 +55,24 @@ class FabricAddresses:
 
 
 def open_fabric(settings: Settings, closers: list[Callable[[], None]]) -> FabricAddresses:
-    """The fabric of ``settings.switch.topology``, its switch processes started (their stops
-    go to `closers`) with the `embedded` target; `TopologyError` naming the file and field."""
+    """The fabric of ``settings.switch.topology``, the switches it gives no P4Runtime address
+    started (their stops go to `closers`); `TopologyError` naming the file and the field."""
     assert settings.switch.topology is not None
     fabric = load_fabric(settings.switch.topology)
     where = str(settings.switch.topology)
-    if settings.switch.target != "embedded":
-        for switch in fabric.switches:
-            for key in ("p4runtime", "data"):
-                value = getattr(switch, key)
-                if value is None or parse_address(value, key)[1] == 0:
-                    raise TopologyError(
-                        f"{where}: switch {switch.name!r}: {key}: the service connects to a "
-                        "switch it does not start at the file's address: give HOST:PORT"
-                    )
-        return FabricAddresses(
-            fabric,
-            {
-                s.name: (str(s.p4runtime), Endpoint(*parse_address(s.data, "data")))
-                for s in fabric.switches
-            },
-        )
-    started: dict[str, tuple[str, Endpoint]] = {}
+    found: dict[str, tuple[str, Endpoint]] = {}
     processes: dict[str, subprocess.Popen[bytes]] = {}
-    # Parents first: a child is started with its parent's data address.
+    # Parents first: a child started here is given its parent's data address.
     for s in sorted(fabric.switches, key=lambda s: len(fabric.path_up(s.name))):
-        parent = started[s.parent][1] if s.parent is not None else None
+        if s.p4runtime is not None and parse_address(s.p4runtime, "p4runtime")[1] != 0:
+            if s.data is None or parse_address(s.data, "data")[1] == 0:
+                raise TopologyError(
+                    f"{where}: switch {s.name!r}: data: a switch the service connects to (it has "
+                    "a p4runtime address) needs its data address, HOST:PORT"
+                )
+            found[s.name] = (s.p4runtime, Endpoint(*parse_address(s.data, "data")))
+            continue
+        parent = found[s.parent][1] if s.parent is not None else None
         log_path = settings.data_dir / f"switch-{s.name}.log"
         process, p4runtime, data = _start(s, fabric.lanes, parent, settings.switch.gso, log_path)
         closers.append(partial(_stop, process))
@@ -92,10 +80,10 @@ def open_fabric(settings: Settings, closers: list[Callable[[], None]]) -> Fabric
             _wait_listening(process, p4runtime, log_path)
         except TopologyError as exc:
             raise TopologyError(f"{where}: switch {s.name!r} did not start: {exc}") from None
-        started[s.name] = (f"{p4runtime[0]}:{p4runtime[1]}", Endpoint(*data))
+        found[s.name] = (f"{p4runtime[0]}:{p4runtime[1]}", Endpoint(*data))
         processes[s.name] = process
-    ordered = {s.name: started[s.name] for s in fabric.switches}
-    return FabricAddresses(fabric, ordered, {s.name: processes[s.name] for s in fabric.switches})
+    ordered = {s.name: found[s.name] for s in fabric.switches}
+    return FabricAddresses(fabric, ordered, processes)
 
 
 def _free_port(kind: socket.SocketKind) -> int:
@@ -196,13 +184,10 @@ def connect_fabric(
     clients = {}
     for s in fabric.switches:
         p4runtime, _ = addresses.switches[s.name]
-        # A soft switch started here is sized by the file; another keeps its pipeline's.
-        sized = addresses.embedded
+        # The file's sizing: pushed to a switch with no pipeline yet, checked against the one
+        # a running switch has (a file that disagrees with its switch is refused, named).
         client = SwitchClient(
-            p4runtime,
-            election_id=election,
-            aggregators=s.aggregators if sized else None,
-            lanes=fabric.lanes if sized else None,
+            p4runtime, election_id=election, aggregators=s.aggregators, lanes=fabric.lanes
         )
         closers.append(client.close)
         clients[s.name] = client
