@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from p4ctl.protocol import PS_WORKER_ID, Flag, Kind, Packet, Policy
 from p4ctl.rule import JobConfig, Registers, ToGroup, check, hashed_index, process, static_index
+
 from workers.accumulator import JobLedger
 
 LANES = 2

@@ -72,8 +72,10 @@ class Programmed:
         group.multicast_group_id = cfg.mcast_group
         for address in members:
             group.replicas.add(egress_port=self.port(address))
-        params = set_job_params(cfg)
-        self.write([entity, self.names.table_entry("job_table", {"job": cfg.job_id}, "set_job", params)])
+        job = {"job": cfg.job_id}
+        self.write(
+            [entity, self.names.table_entry("job_table", job, "set_job", set_job_params(cfg))]
+        )
 
     def write(self, entities: list[p4rt.Entity]) -> None:
         request = p4rt.WriteRequest(device_id=0)
@@ -250,9 +252,9 @@ def test_a_cross_rack_job_is_exact_under_loss_and_an_in_rack_job_never_touches_t
     _allreduce_exactly({1: cross, 2: inside}, ROUNDS)
     spine = fabric.spine
     assert fabric.counter(spine, "job_aggregated", 1) > 0  # the ToRs' sums met at the spine
-    assert all(
-        int(cells[2]) == 0 for cells in spine.switch.pipeline.job_packets.values()
-    ), "the in-rack job reached the spine"
+    assert all(int(cells[2]) == 0 for cells in spine.switch.pipeline.job_packets.values()), (
+        "the in-rack job reached the spine"
+    )
     lost = sum(
         int(p.switch.pipeline.drop_packets[DropReason.INJECTED_LOSS])
         for p in (spine, *fabric.tors.values())
