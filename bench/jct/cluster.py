@@ -35,13 +35,17 @@ class ClusterError(Exception):
     """The cluster cannot run the sweep; the message is one line naming the address."""
 
 
-def connect(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Any:
+def connect(address: str, timeout_s: float | None = None) -> Any:
     """A `distributed.Client` of the scheduler at `address` with at least one worker, every
-    worker holding this machine's sources; else `ClusterError`."""
+    worker holding this machine's sources; else `ClusterError` (`timeout_s`: each wait's
+    bound, `CONNECT_TIMEOUT_S` by default)."""
+    timeout_s = CONNECT_TIMEOUT_S if timeout_s is None else timeout_s
     try:
         from distributed import Client
     except ImportError:
-        raise ClusterError(f"--dask needs dask.distributed, which is not installed: {INSTALL}")
+        raise ClusterError(
+            f"--dask needs dask.distributed, which is not installed: {INSTALL}"
+        ) from None
     try:
         # The handshake alone, bounded: Client's own timeout covers the TCP connection but
         # not the handshake, so an address where another server listens (the scheduler's
@@ -52,9 +56,9 @@ def connect(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Any:
         raise ClusterError(
             f"--dask {address}: no Dask scheduler answered within {timeout_s:g} s "
             f"({_one_line(exc) if str(exc) else 'timed out'})"
-        )
+        ) from exc
     except Exception as exc:  # whatever the address holds, it is not a usable scheduler
-        raise ClusterError(f"--dask {address}: not a Dask scheduler ({_one_line(exc)})")
+        raise ClusterError(f"--dask {address}: not a Dask scheduler ({_one_line(exc)})") from exc
     try:
         _check_workers(client, address, timeout_s)
     except BaseException:
@@ -77,7 +81,7 @@ def _check_workers(client: Any, address: str, timeout_s: float) -> None:
         raise ClusterError(
             f"--dask {address}: the scheduler has no worker after {timeout_s:g} s; start one "
             f"on each machine with: dask worker {address}"
-        )
+        ) from None
 
     def probe() -> tuple[str, str]:
         # Pickled by value (a local function): it runs even where bench is not importable.
@@ -108,8 +112,9 @@ def run_in_order(
     done: Callable[[int, R], None] = lambda i, result: None,
 ) -> list[R]:
     """`function` of each item on the cluster, results in the order of `items`; `done(i,
-    result)` as item i finishes. A task's exception is raised here, as a `ProcessPoolExecutor` would; a
-    worker lost under a task (dask retries it elsewhere first) is a `ClusterError`."""
+    result)` as item i finishes. A task's exception is raised here, as a process pool's
+    would be; a worker lost under a task (dask retries it elsewhere first) is a
+    `ClusterError`."""
     from distributed import as_completed
     from distributed.scheduler import KilledWorker
 
@@ -122,7 +127,7 @@ def run_in_order(
             results[i] = future.result()
         except KilledWorker as exc:
             client.cancel(futures)
-            raise ClusterError(f"--dask: the workers running point {i + 1} died ({exc})")
+            raise ClusterError(f"--dask: the workers running point {i + 1} died ({exc})") from exc
         done(i, results[i])
     return results
 
