@@ -4,15 +4,15 @@
     inasched bench jct --workload synthetic-1000 --out results/mem --sweep memory=8192,16384
     inasched bench jct --workload synthetic-10 --out results/emu --emu
 
-Every policy runs on the same jobs with the same `BenchParams` (`bench.jct.params`, each
-value with its source). The output folder gets ``summary.json``, ``jobs.csv``, the plots and
-``report.md``; with atp, esa-nopreempt and esa among the policies, esa's gain over atp is
-decomposed (`bench.jct.ablation`). ``--sweep`` adds a folder per value, ``sweep.csv`` and
-``cpu.csv``; two ``--sweep`` run their grid and draw heatmaps (`bench.jct.grid`). With
-``--service URL --token T`` the run is also stored in the service. ``--sim`` (default) drives
-``scheduler.simulator``; ``--emu`` runs real processes on loopback (`bench.jct.emu`). A bad
-argument is one line on stderr and exit status 2; ``--out`` must be a new or empty folder
-unless ``--force`` is given.
+Every policy runs on the same jobs with the same `BenchParams` (`bench.jct.params`, each value with
+its source). The output folder gets ``summary.json``, ``jobs.csv``, the plots and ``report.md``;
+with atp, esa-nopreempt and esa among the policies, esa's gain over atp is decomposed
+(`bench.jct.ablation`). ``--sweep`` adds a folder per value, ``sweep.csv`` and ``cpu.csv``; two
+``--sweep`` run their grid and draw heatmaps (`bench.jct.grid`); ``--jobs N`` runs the points in N
+processes, ``--dask ADDRESS`` on a Dask cluster (`bench.jct.cluster`). ``--service URL --token T``
+also stores the run in the service. ``--sim`` (default) drives ``scheduler.simulator``; ``--emu``
+runs real processes on loopback (`bench.jct.emu`). A bad argument is one line on stderr and exit
+status 2; ``--out`` must be a new or empty folder unless ``--force`` is given.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ def connect(address: str, timeout_s: float | None = None) -> Any:
 
 
 async def _handshake(address: str, timeout_s: float) -> None:
-    from distributed.comm import connect as comm_connect
+    from distributed.comm.core import connect as comm_connect
 
     comm = await comm_connect(address, timeout=timeout_s)
     await comm.close()
