@@ -15,13 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from distributed import Client, LocalCluster  # the dask extra, which make installs
 
-pytest.importorskip("distributed")
-
-import bench  # noqa: E402
-import bench.jct.sim  # noqa: E402
-from bench.jct import cluster  # noqa: E402
-from bench.jct.cli import main  # noqa: E402
+import bench
+import bench.jct.sim
+from bench.jct import cluster
+from bench.jct.cli import main
 
 ROOT = Path(bench.__file__).resolve().parents[1]
 # Two points of a 2x1 grid (heatmaps too) on four jobs: seconds per point.
@@ -50,8 +49,6 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def scheduler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The address of a scheduler with `WORKERS` single-threaded worker processes; they import
     the project as an installed one would (PYTHONPATH: this checkout)."""
-    from distributed import Client
-
     tmp = tmp_path_factory.mktemp("dask")
     path = os.pathsep.join([str(ROOT), str(ROOT / "p4"), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": path}
@@ -156,8 +153,6 @@ def test_a_server_that_is_not_a_scheduler_is_refused_in_bounded_time(
 def test_a_scheduler_without_workers_says_how_to_start_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from distributed import LocalCluster
-
     monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 1.0)
     with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as empty:
         out = tmp_path / "x"
