@@ -21,7 +21,7 @@ from p4ctl.pipeline import Pipeline, RulePipeline
 from p4ctl.protocol import PS_WORKER_ID, Flag, Kind, Packet, Policy, decode, encode
 from p4ctl.rule import JobConfig, Registers, hashed_index, static_index
 
-from .vectors import all_vectors, datagram, flooded, ingress_port, sender
+from .vectors import all_vectors, datagram, flooded, ingress_port, sender, sender_port
 
 HOST = "127.0.0.1"
 # UDP source ports of flooded copies (``FLOOD_PORT + port``) and of mis-wired senders.
@@ -79,6 +79,14 @@ def test_engine_replays_each_vector_as_the_python_pipeline(vector: Any) -> None:
     pipes = pair(vector.aggregators, vector.lanes)
     ports = dict(vector.workers)
     install(pipes, vector.jobs, ports)
+    for pipe in pipes:
+        # Two levels: a job's parent and children are switches, registered as worker 255.
+        for job, switch_ports in vector.switches.items():
+            for port in switch_ports:
+                pipe.sources[(job, PS_WORKER_ID, HOST, port)] = port
+                pipe.endpoints[port] = (HOST, port)
+        for group, members in vector.groups.items():
+            pipe.groups[group] = members
     for step in vector.steps:
         if "set_priority" in step:
             change = step["set_priority"]
@@ -89,13 +97,14 @@ def test_engine_replays_each_vector_as_the_python_pipeline(vector: Any) -> None:
                 )
             continue
         origin = sender(step)
-        source = (HOST, ports[origin]) if origin is not None else (HOST, 1)
+        own = sender_port(vector, step)
+        source = (HOST, own) if own is not None else (HOST, 1)
         if flooded(vector, step):
             # UDP has no ports: a flooded copy comes from an address registered for its sender
             # at the sender's port, whose endpoint it is not.
             source = (HOST, FLOOD_PORT + ingress_port(vector, step))
             for pipe in pipes:
-                pipe.sources[(*origin, *source)] = ports[origin]
+                pipe.sources[(*origin, *source)] = own
         same_pass(*pipes, datagram(vector, step), source)
 
 

@@ -187,9 +187,10 @@ def test_a_two_level_job_is_finished_from_its_tors_and_its_spine_and_answered_at
     ps: ParameterServer, switch_sock: socket.socket
 ) -> None:
     # p4/PROTOCOL.md 7.2: results go to the root (the spine); the ToRs' packets count too.
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tor, socket.socket(
-        socket.AF_INET, socket.SOCK_DGRAM
-    ) as stranger:
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tor,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as stranger,
+    ):
         tor.bind(("127.0.0.1", 0))
         ps.register_job(
             4, 4, switch=switch_sock.getsockname(), policy=Policy.ESA, children=(tor.getsockname(),)
