@@ -231,6 +231,10 @@ class FabricSwitches:
                 self._call(entry.switch, "add_worker", sid, worker, endpoint)
             for child in entry.children:
                 self._call(entry.switch, "add_link", sid, child, down=True)
+        # Last, once every switch of the tree holds the job: a switch sends up only from its
+        # parent's entry on (p4/PROTOCOL.md 7.7), so no sum goes up to a parent not ready for
+        # it, and none completes for fewer workers than the switch holds.
+        for entry in entries:
             if entry.up is not None:
                 self._call(entry.switch, "add_link", sid, entry.up, down=False)
         if self.on_tree is not None:
