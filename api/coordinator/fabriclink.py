@@ -8,16 +8,17 @@ ToRs and every switch up to their lowest common ancestor (`Fabric.tree_of`). Unt
 and contributors on every switch of the tree (`tree_entries`), a job in one rack on its ToR
 alone, exactly as on a single switch.
 
-A switch that stops answering (`SwitchUnavailable`) is lost: `lost()` names it and why, every
-job whose tree holds it is the coordinator's to fail, and removing a job skips it (its memory
-went with it) while freeing the job's memory on every other switch. A lost switch stays lost
-until the service restarts. Reads keep the last answer of each switch for `/switch`.
+A switch that answers no call for `LOST_AFTER_S` (`SwitchUnavailable`) is lost: `lost()`
+names it and why, every job whose tree holds it is the coordinator's to fail, and removing a
+job skips it (its memory went with it) while freeing the job's memory on every other switch. A
+lost switch stays lost until the service restarts. Reads keep each switch's last answer.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import cast
@@ -28,7 +29,14 @@ from p4ctl.protocol import AggState
 
 from scheduler.fabric import Fabric
 
-__all__ = ["FabricSwitches", "NotUnderATor", "SwitchRead", "TreeEntry", "tree_entries"]
+__all__ = [
+    "LOST_AFTER_S",
+    "FabricSwitches",
+    "NotUnderATor",
+    "SwitchRead",
+    "TreeEntry",
+    "tree_entries",
+]
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +99,10 @@ class _Job:
     tree: tuple[str, ...] = ()
 
 
+# Assumed: a switch that answers no call for this long is gone, not slow. The service reads
+# every switch each tick, so a dead one is lost within about this; a blip shorter than it (a
+# deadline passed under load) fails no job.
+LOST_AFTER_S = 3.0
 _UNREAD = Occupancy((), (), "not read yet")
 _NO_COUNTERS = SwitchCounters({}, {}, "not read yet")
 
@@ -100,7 +112,12 @@ class FabricSwitches:
     UDP data addresses are `data`. Its pool is the smallest switch's; lanes must agree."""
 
     def __init__(
-        self, fabric: Fabric, switches: Mapping[str, SwitchBackend], data: Mapping[str, Endpoint]
+        self,
+        fabric: Fabric,
+        switches: Mapping[str, SwitchBackend],
+        data: Mapping[str, Endpoint],
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         names = [s.name for s in fabric.switches]
         missing = [n for n in names if n not in switches or n not in data]
@@ -116,6 +133,8 @@ class FabricSwitches:
         self.lanes = lanes[names[0]]
         self._jobs: dict[int, _Job] = {}
         self._lost: dict[str, str] = {}
+        self._failing: dict[str, float] = {}  # switch -> when its calls began to fail
+        self.clock = clock
         self._reads: dict[str, tuple[Occupancy, SwitchCounters]] = {}
         self._lock = threading.RLock()
         # Told each job's tree once written: (switch job id, the top's data address, the
@@ -175,18 +194,22 @@ class FabricSwitches:
             ]
 
     def _call(self, name: str, what: str, *args: object, **kwargs: object) -> object:
-        """`what` on switch `name`; a switch that does not answer becomes lost."""
+        """`what` on switch `name`; a switch that has not answered for `LOST_AFTER_S` is lost."""
         if name in self._lost:
             raise SwitchUnavailable(name, f"lost earlier: {self._lost[name]}")
         try:
-            return getattr(self.switches[name], what)(*args, **kwargs)
+            value = getattr(self.switches[name], what)(*args, **kwargs)
         except SwitchUnavailable as exc:
-            self._lose(name, str(exc))
+            self._unanswered(name, str(exc))
             raise
-
-    def _lose(self, name: str, why: str) -> None:
         with self._lock:
-            if name not in self._lost:
+            self._failing.pop(name, None)
+        return value
+
+    def _unanswered(self, name: str, why: str) -> None:
+        with self._lock:
+            since = self._failing.setdefault(name, self.clock())
+            if name not in self._lost and self.clock() - since >= LOST_AFTER_S:
                 self._lost[name] = why
                 log.error("switch %s went away: %s", name, why)
 

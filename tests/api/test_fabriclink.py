@@ -8,7 +8,7 @@ from p4ctl.backend import Endpoint, InMemorySwitch, JobInstall
 from p4ctl.errors import SwitchUnavailable
 from p4ctl.protocol import PS_WORKER_ID, Policy
 
-from api.coordinator.fabriclink import FabricSwitches, NotUnderATor
+from api.coordinator.fabriclink import LOST_AFTER_S, FabricSwitches, NotUnderATor
 from scheduler.fabric import Fabric, Rack, Switch
 
 PS = Endpoint("127.0.0.1", 7000)
@@ -52,7 +52,17 @@ def fabric() -> tuple[FabricSwitches, dict[str, InMemorySwitch]]:
         s.name: (Gone if s.name == "tor1" else InMemorySwitch)(64, 64) for s in _fabric().switches
     }
     data = {name: Endpoint("127.0.0.1", 9000 + i) for i, name in enumerate(switches)}
-    return FabricSwitches(_fabric(), switches, data), switches
+    return FabricSwitches(_fabric(), switches, data, clock=CLOCK), switches
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+CLOCK = Clock()
 
 
 def _links(switch: InMemorySwitch, sid: int) -> set[int]:
@@ -126,6 +136,9 @@ def test_a_lost_switch_is_named_and_its_jobs_freed_elsewhere(
     switches["tor0"].pipeline.registers.agg_state[7] = 1  # job 2 holds an aggregator on tor0
     switches["tor0"].pipeline.registers.agg_job[7] = 2
     switches["tor1"].gone = True  # type: ignore[attr-defined]
+    links.occupancy()
+    assert links.lost() == {}  # a blip is not a loss
+    CLOCK.now += LOST_AFTER_S
     occupancy = links.occupancy()
     assert links.lost() == {"tor1": "switch at tor1 is unavailable: UNAVAILABLE: refused"}
     assert links.touching(links.lost()) == {2: "tor1"}
