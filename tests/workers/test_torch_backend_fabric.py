@@ -1,5 +1,5 @@
-"""A torch DDP job across two racks of the loopback fabric (``scheduler/data/topology-loopback.json``):
-the service starts its spine and two ToRs as soft switch processes, two ``torchrun`` "servers"
+"""A torch DDP job across two racks of the loopback fabric (``topology-loopback.json``): the
+service starts its spine and two ToRs as soft switch processes, two ``torchrun`` "servers"
 of two ranks each run with ``INASCHED_DATA_HOST`` in their rack's network (127.0.1.1 under tor0,
 127.0.2.1 under tor1) and nothing else changed, and each rank's DDP gradients are the exact mean
 of every rank's local gradients within ``workers.quant``'s bound, as gloo's are; the spine
@@ -17,16 +17,20 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
+import pytest
 import torch
 import torch.distributed as dist
 
 from tests.workers.test_torch_backend import DUMP_STACKS_AFTER_S, HANG_GUARD_S, REPO, free_port
+from workers.errors import RendezvousError
 from workers.quant import DEFAULT_EXPONENT, error_bound
 
 LOOPBACK = REPO / "scheduler" / "data" / "topology-loopback.json"
@@ -90,9 +94,7 @@ def probe(out: Path) -> None:
     faulthandler.cancel_dump_traceback_later()
 
 
-def _run_servers(
-    url: str, job: dict[str, Any], out: Path, trained: Callable[[], None]
-) -> None:
+def _run_servers(url: str, job: dict[str, Any], out: Path, trained: Callable[[], None]) -> None:
     """Two torchruns, as on two servers: one per rack, each binding its ranks' UDP sockets to
     its server's address (``INASCHED_DATA_HOST``), meeting at one static rendezvous. `trained`
     is called once the ranks have trained, before their last progress report."""
@@ -111,7 +113,8 @@ def _run_servers(
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(RACK_HOSTS))]
         cmd += ["--node-rank", str(node), "--nproc-per-node", str(RANKS_PER_SERVER)]
         cmd += ["--master-addr", "127.0.0.1", "--master-port", str(port), __file__, str(out)]
-        procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True))
+        with (out / f"torchrun{node}.err").open("w") as err:
+            procs.append(subprocess.Popen(cmd, env=env, stderr=err))
     deadline = time.monotonic() + HANG_GUARD_S
     while not (out / "trained").exists() and time.monotonic() < deadline:
         if any(proc.poll() is not None for proc in procs):
@@ -120,28 +123,36 @@ def _run_servers(
     if (out / "trained").exists():
         trained()
     (out / "counted").touch()
-    errors = []
+    hung = False
     for proc in procs:
         try:
-            _, err = proc.communicate(timeout=HANG_GUARD_S)
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            for other in procs:
-                other.kill()
-            _, err = proc.communicate()
-            raise AssertionError(f"the ranks hung for {HANG_GUARD_S} s:\n{err[-8000:]}") from None
-        if proc.returncode != 0:
-            errors.append(err[-8000:])
-    assert not errors, "\n".join(errors)
+            proc.kill()
+            proc.wait()
+            hung = True
+    errors = [(out / f"torchrun{node}.err").read_text()[-8000:] for node in range(len(procs))]
+    assert not hung, f"the ranks hung for {HANG_GUARD_S} s:\n" + "\n".join(errors)
+    assert all(proc.returncode == 0 for proc in procs), "\n".join(errors)
 
 
-def test_ddp_across_two_racks_through_the_spine(tmp_path: Path) -> None:
+@dataclass
+class Fabric:
+    url: str
+    http: httpx.Client  # with an admin token
+
+
+@pytest.fixture(scope="module")
+def fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
+    """The service on the loopback example: a spine and two ToRs, soft switch processes."""
+    # Imported here: the ranks run this file and need none of the service.
     from api.http.app import create_app
     from api.settings import Settings
     from api.store.crud import create_tenant_token
-    from tests.api.conftest import LiveServer, wait_for
+    from tests.api.conftest import LiveServer
 
     settings = Settings(
-        data_dir=tmp_path, tick_s=0.05, heartbeat_timeout_s=60.0,
+        data_dir=tmp_path_factory.mktemp("service"), tick_s=0.05, heartbeat_timeout_s=60.0,
         switch={"target": "embedded", "topology": LOOPBACK},
     )  # fmt: skip
     app = create_app(settings)
@@ -149,19 +160,48 @@ def test_ddp_across_two_racks_through_the_spine(tmp_path: Path) -> None:
         token = create_tenant_token(s, tenant="torch", admin=True)
     auth = {"Authorization": f"Bearer {token}"}
     with LiveServer(app) as url, httpx.Client(base_url=url, timeout=30, headers=auth) as http:
-        body = {"name": "ddp", "n_workers": WORLD, "iterations": STEPS, "gradient_bytes": 65536}
-        response = http.post("/jobs", json=body)
-        assert response.status_code == 201, response.text
-        job = response.json()
-        counted: dict[str, int] = {}
+        yield Fabric(url, http)
 
-        def read_counters() -> None:
-            for one in http.get("/switch").json()["switches"]:
-                counters = one["counters"]["jobs"].get(str(job["id"]), {})
-                counted[one["name"]] = counters.get("job_aggregated", 0)
 
-        _run_servers(url, job, tmp_path, read_counters)
-        wait_for(lambda: http.get(f"/jobs/{job['id']}").json()["state"] == "finished", "the end")
+def _submit(fabric: Fabric, n_workers: int) -> dict[str, Any]:
+    body = {"name": "ddp", "n_workers": n_workers, "iterations": STEPS, "gradient_bytes": 65536}
+    response = fabric.http.post("/jobs", json=body)
+    assert response.status_code == 201, response.text
+    job: dict[str, Any] = response.json()
+    return job
+
+
+def test_a_rank_under_no_rack_is_told_its_data_host_variable(
+    fabric: Fabric, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workers.torch_backend import _create
+
+    job = _submit(fabric, 1)
+    monkeypatch.setenv("INASCHED_SERVICE", fabric.url)
+    monkeypatch.setenv("INASCHED_JOB", str(job["id"]))
+    monkeypatch.setenv("INASCHED_JOIN_TOKEN", str(job["join_token"]))
+    monkeypatch.delenv("INASCHED_DATA_HOST", raising=False)
+    with pytest.raises(RendezvousError) as refused:
+        _create(dist.HashStore(), 0, 1, timedelta(seconds=30))
+    message = str(refused.value)
+    assert message.startswith("rank 0 (INASCHED_DATA_HOST=127.0.0.1): join of job")
+    assert "in no rack's networks (tor0: 127.0.1.0/24; tor1: 127.0.2.0/24)" in message
+
+
+def test_ddp_across_two_racks_through_the_spine(fabric: Fabric, tmp_path: Path) -> None:
+    from tests.api.conftest import wait_for
+
+    http = fabric.http
+    job = _submit(fabric, WORLD)
+    counted: dict[str, int] = {}
+
+    def read_counters() -> None:
+        for one in http.get("/switch").json()["switches"]:
+            counters = one["counters"]["jobs"].get(str(job["id"]), {})
+            counted[one["name"]] = counters.get("job_aggregated", 0)
+
+    _run_servers(fabric.url, job, tmp_path, read_counters)
+    wait_for(lambda: http.get(f"/jobs/{job['id']}").json()["state"] == "finished", "the end")
     # Every rank's fragments met at its ToR, and the ToRs' sums at the spine.
     assert all(counted.get(name, 0) > 0 for name in ("spine", "tor0", "tor1")), counted
 
