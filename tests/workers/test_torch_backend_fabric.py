@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import HashStore
 
 from tests.workers.test_torch_backend import DUMP_STACKS_AFTER_S, HANG_GUARD_S, REPO, free_port
 from workers.errors import RendezvousError
@@ -120,9 +121,11 @@ def _run_servers(url: str, job: dict[str, Any], out: Path, trained: Callable[[],
         if any(proc.poll() is not None for proc in procs):
             break
         time.sleep(0.05)
-    if (out / "trained").exists():
-        trained()
-    (out / "counted").touch()
+    try:
+        if (out / "trained").exists():
+            trained()
+    finally:  # rank 0 waits for it
+        (out / "counted").touch()
     hung = False
     for proc in procs:
         try:
@@ -182,7 +185,7 @@ def test_a_rank_under_no_rack_is_told_its_data_host_variable(
     monkeypatch.setenv("INASCHED_JOIN_TOKEN", str(job["join_token"]))
     monkeypatch.delenv("INASCHED_DATA_HOST", raising=False)
     with pytest.raises(RendezvousError) as refused:
-        _create(dist.HashStore(), 0, 1, timedelta(seconds=30))
+        _create(HashStore(), 0, 1, timedelta(seconds=30))
     message = str(refused.value)
     assert message.startswith("rank 0 (INASCHED_DATA_HOST=127.0.0.1): join of job")
     assert "in no rack's networks (tor0: 127.0.1.0/24; tor1: 127.0.2.0/24)" in message
