@@ -3,8 +3,9 @@
 A training script adds ``import workers.torch_backend``, calls
 ``dist.init_process_group("inasched")`` and runs under ``torchrun`` with ``INASCHED_SERVICE``,
 ``INASCHED_JOB`` and ``INASCHED_JOIN_TOKEN`` set (``INASCHED_DATA_HOST``: the UDP socket's
-address, default 127.0.0.1; ``INASCHED_GSO=off``: one datagram per message). Every rank joins
-the job (``n_workers`` must be the world size) and heartbeats in a thread.
+address, default 127.0.0.1, on a fabric an address in its rack's networks, which picks its ToR;
+``INASCHED_GSO=off``: one datagram per message). Every rank joins the job (``n_workers`` must be
+the world size) and heartbeats in a thread.
 
 `InaschedProcessGroup.allreduce` of one CPU float32, float16 or bfloat16 tensor with SUM or AVG
 goes through the switch and returns at once with a `Work`, so several are in flight (DDP's
@@ -177,9 +178,15 @@ def _create(store: Store, rank: int, world_size: int, timeout: timedelta) -> Ina
     service, token = _environment(SERVICE_ENV), _environment(TOKEN_ENV)
     job_id = int(_environment(JOB_ENV))
     gloo = ProcessGroupGloo(PrefixStore("inasched-gloo/", store), rank, world_size, timeout)
-    sock = open_socket(os.environ.get(DATA_HOST_ENV, "127.0.0.1"))
+    host = os.environ.get(DATA_HOST_ENV, "127.0.0.1")
+    sock = open_socket(host)
     try:
         joined = join(service, job_id, token, sock.getsockname()[:2])
+    except RendezvousError as exc:
+        sock.close()
+        # On a fabric the service places a rank by this address; the rank's only knob is the
+        # variable, which the service's answer cannot name.
+        raise RendezvousError(f"rank {rank} ({DATA_HOST_ENV}={host}): {exc}") from None
     except BaseException:
         sock.close()
         raise
