@@ -110,9 +110,7 @@ def switch_config(cfg: SimConfig, fabric: Fabric, switch: str) -> SimConfig:
     extra = (_depth(fabric, switch) - 1) * (
         2 * cfg.link_latency_s + cfg.switch_latency_s + cfg.fragment_s
     )
-    return replace(
-        cfg, pool=fabric.pool(switch), link_latency_s=cfg.link_latency_s + extra / 2
-    )
+    return replace(cfg, pool=fabric.pool(switch), link_latency_s=cfg.link_latency_s + extra / 2)
 
 
 def _frags(cfg: SimConfig, grad_bytes: int) -> int:

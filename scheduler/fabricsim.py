@@ -430,7 +430,9 @@ class _Steady:
                 moved = True
         return moved
 
-    def advance(self, active: Sequence[_Job], dt: float, util: list[UtilSample], now: float) -> None:
+    def advance(
+        self, active: Sequence[_Job], dt: float, util: list[UtilSample], now: float
+    ) -> None:
         if dt <= 0:
             return
         for j, rate, per_iter, frags in zip(
@@ -444,5 +446,7 @@ class _Steady:
             j.preemptions_suffered += iters * frags * rate.evict
             j.preemptions_caused += dt * rate.caused
             j.starved_s += dt * rate.duty * rate.lost
-        util.append(UtilSample(now, now + dt, self.live_s, self.complete_s,
-                               1.0 - self.live_s - self.complete_s, self.crit, self.copies))  # fmt: skip
+        idle = 1.0 - self.live_s - self.complete_s
+        util.append(
+            UtilSample(now, now + dt, self.live_s, self.complete_s, idle, self.crit, self.copies)
+        )
