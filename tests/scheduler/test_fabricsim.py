@@ -15,7 +15,8 @@ from scheduler.scheduler import too_wide
 from scheduler.simulator import simulate
 from scheduler.spec import PolicySpec
 from scheduler.workload import JobSpec, load_workload
-from tests.scheduler.conftest import spec
+
+from .conftest import spec
 
 
 def _jobs(count: int = 16) -> list[JobSpec]:

@@ -21,7 +21,8 @@ from scheduler.registry import (
 )
 from scheduler.spec import PolicySpec
 from scheduler.tiered import AggregateAt, FabricJobView, FabricSnapshot, PerSwitch
-from tests.scheduler.conftest import view
+
+from .conftest import view
 
 SPEC = PolicySpec("esa")
 
