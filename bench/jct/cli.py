@@ -3,6 +3,8 @@
     inasched bench jct --workload philly --policies static,atp,esa --out results/philly --sim
     inasched bench jct --workload synthetic-1000 --out results/mem --sweep memory=8192,16384
     inasched bench jct --workload synthetic-10 --out results/emu --emu
+    inasched bench jct --workload philly --topology scheduler/data/topology-2tors.json \
+        --placement spread --policies esa,tiered --out results/fabric --sweep racks=2,4
 
 Every policy runs on the same jobs with the same `BenchParams` (`bench.jct.params`, each
 value with its source). The output folder gets ``summary.json``, ``jobs.csv``, the plots and
@@ -10,7 +12,8 @@ value with its source). The output folder gets ``summary.json``, ``jobs.csv``, t
 decomposed (`bench.jct.ablation`). ``--sweep`` adds a folder per value, ``sweep.csv`` and
 ``cpu.csv``; two ``--sweep`` run their grid and draw heatmaps (`bench.jct.grid`). With
 ``--service URL --token T`` the run is also stored in the service. ``--sim`` (default) drives
-``scheduler.simulator``; ``--emu`` runs real processes on loopback (`bench.jct.emu`). A bad
+``scheduler.simulator``; ``--emu`` runs real processes on loopback (`bench.jct.emu`);
+``--topology FILE`` runs the fabric simulator (`bench.jct.fabric`). A bad
 argument is one line on stderr and exit status 2; ``--out`` must be a new or empty folder
 unless ``--force`` is given.
 """
@@ -32,6 +35,16 @@ from typing import Any, NoReturn
 from tqdm import tqdm
 
 from bench.jct import ablation, grid
+from bench.jct.fabric import (
+    FABRIC_HEATMAPS,
+    FABRIC_KEYS,
+    FabricRunner,
+    FabricSetting,
+    fabric_columns,
+    fabric_document,
+    read_setting,
+    render_fabric,
+)
 from bench.jct.output import (
     format_table,
     summary_document,
@@ -43,8 +56,9 @@ from bench.jct.params import BenchParams, parse_sweeps
 from bench.jct.report import render_report
 from bench.jct.results import PolicyRun, PolicySummary, finite, ratios, summarise
 from scheduler.config import SimConfig
-from scheduler.errors import WorkloadError
-from scheduler.registry import ablation_names, policy_names
+from scheduler.errors import TopologyError, WorkloadError
+from scheduler.placement import placement_names
+from scheduler.registry import ablation_names, fabric_policy_names, policy_names
 from scheduler.workload import PHILLY_PREFIX, JobSpec, load_workload, write_workload
 
 __all__ = ["RunOutcome", "main", "run_bench"]
@@ -136,6 +150,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0, help="workload and placement seed")
     p.add_argument(
+        "--topology",
+        metavar="FILE",
+        help="run on this fabric (docs/topology.md) with the fabric simulator; adds the "
+        f"fabric policies {', '.join(fabric_policy_names())} and the --sweep/--set keys "
+        f"{', '.join(FABRIC_KEYS)} (memory: every switch)",
+    )
+    p.add_argument(
+        "--placement",
+        choices=placement_names(),
+        default=None,
+        help="--topology only: how a job's servers are placed onto racks (default packed)",
+    )
+    p.add_argument(
         "--jobs",
         type=int,
         default=1,
@@ -164,9 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     policies = _checked_policies(parser, args)
     command = "inasched bench jct " + shlex.join(args_list)
     try:
-        params = BenchParams(sim=SimConfig(seed=args.seed)).with_settings(args.set)
-        sweeps = parse_sweeps(args.sweep)
-    except ValueError as exc:
+        setting, sets = _fabric_setting(args)
+        params = BenchParams(sim=SimConfig(seed=args.seed)).with_settings(sets)
+        sweeps = _sweeps(args.sweep, setting)
+    except (ValueError, TopologyError) as exc:
         parser.error(str(exc))
     backend = "emu" if args.emu else "sim"
     runner, base_jobs = _runner_and_jobs(parser, args)
@@ -181,8 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     bar = tqdm(total=len(points) * len(policies), desc="jct", unit="run", disable=args.quiet)
     emu_config = args.emu_config if args.emu else None
     tasks = [
-        _Point(base_jobs, tuple(policies), grid.point_params(params, point),
-               out / grid.point_folder(point), args.workload, backend, command, emu_config)
+        _Point(base_jobs, tuple(policies), _point_params(params, point),
+               out / grid.point_folder(point), args.workload, backend, command, emu_config,
+               _point_setting(setting, point))
         for point in points
     ]  # fmt: skip
     if args.jobs > 1 and len(tasks) > 1:
@@ -198,7 +227,10 @@ def main(argv: list[str] | None = None) -> int:
             stored.append(run.get("id"))
         if point:
             gains = outcome.document.get("decomposition", {})
-            sweep_rows.append(grid.grid_row(point, outcome.summaries, outcome.ratios, gains))
+            row = grid.grid_row(point, outcome.summaries, outcome.ratios, gains)
+            if setting is not None:
+                row.update(fabric_columns(outcome.runs))
+            sweep_rows.append(row)
             cpu_rows.append(grid.cpu_row(point, outcome.cpu_s))
         else:
             _print_summary(outcome)
@@ -206,9 +238,13 @@ def main(argv: list[str] | None = None) -> int:
     if sweeps:
         _write_sweep(out, sweep_rows, cpu_rows)
     if len(sweeps) == 2:
-        written, skipped = grid.write_heatmaps(
-            out, sweeps, policies, f"{args.workload} ({backend})"
-        )
+        title = f"{args.workload} ({backend})"
+        if setting is None:
+            written, skipped = grid.write_heatmaps(out, sweeps, policies, title)
+        else:
+            title += f", placement {setting.placement}"
+            maps = (*grid.HEATMAPS, *FABRIC_HEATMAPS)
+            written, skipped = grid.write_heatmaps(out, sweeps, policies, title, maps)
         print("\n".join([*(f"heatmap: {path}" for path in written), *skipped]))
     from bench.jct.store import where_stored
 
@@ -216,14 +252,79 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _fabric_setting(args: argparse.Namespace) -> tuple[FabricSetting | None, list[str]]:
+    """The ``--topology`` run's fabric with its ``--set`` keys (`FABRIC_KEYS`), and the
+    ``--set`` items for `BenchParams` (``memory`` goes to both)."""
+    if args.topology is None:
+        return None, list(args.set)
+    keys = {}
+    rest = []
+    for item in args.set:
+        name, _, value = item.partition("=")
+        if name.strip() in FABRIC_KEYS:
+            keys[name.strip()] = value.strip()
+        if name.strip() not in FABRIC_KEYS or name.strip() == "memory":
+            rest.append(item)
+    return read_setting(args.topology, args.placement or "packed", keys), rest
+
+
+def _sweeps(specs: Sequence[str], setting: FabricSetting | None) -> list[tuple[str, list[str]]]:
+    """`parse_sweeps`, with the fabric's keys (`FABRIC_KEYS`) on a ``--topology`` run."""
+    if setting is None:
+        return parse_sweeps(specs)
+    names = [spec.partition("=")[0].strip() for spec in specs]
+    plain = [spec for spec, name in zip(specs, names, strict=True) if name not in FABRIC_KEYS]
+    parse_sweeps(plain)
+    if len(specs) > 2:
+        raise ValueError(f"--sweep is given at most 2 times (a grid of two); got {len(specs)}")
+    if len(set(names)) < len(names):
+        raise ValueError(f"--sweep gives one parameter twice: {', '.join(names)}")
+    out = []
+    for spec, name in zip(specs, names, strict=True):
+        values = [v.strip() for v in spec.partition("=")[2].split(",") if v.strip()]
+        if name not in FABRIC_KEYS:
+            out.append(parse_sweep(spec))
+            continue
+        if not values or len(set(values)) < len(values):
+            raise ValueError(f"--sweep {spec!r}: give distinct values, PARAM=V1,V2,...")
+        for value in values:
+            setting.with_value(name, value)
+            if name == "memory":
+                BenchParams().with_value(name, value)
+        out.append((name, values))
+    return out
+
+
+def _point_params(params: BenchParams, point: grid.Point) -> BenchParams:
+    """`grid.point_params` without the fabric's own keys (``memory`` is both)."""
+    own = tuple((k, v) for k, v in point if k not in FABRIC_KEYS or k == "memory")
+    return grid.point_params(params, own)
+
+
+def _point_setting(setting: FabricSetting | None, point: grid.Point) -> FabricSetting | None:
+    if setting is None:
+        return None
+    for name, value in point:
+        if name in FABRIC_KEYS:
+            setting = setting.with_value(name, value)
+    return setting
+
+
 def _checked_policies(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
     """`--policies` as a list, once it and the flags that go with it make sense together
     (else a usage error naming what is wrong)."""
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     known = (*policy_names(), *ablation_names())
+    if args.topology is not None:
+        known += fabric_policy_names()
     unknown = [p for p in policies if p not in known]
     if unknown or not policies:
-        parser.error(f"unknown policies {unknown}; choose from {','.join(known)}")
+        hint = "" if args.topology else f" ({', '.join(fabric_policy_names())} with --topology)"
+        parser.error(f"unknown policies {unknown}; choose from {','.join(known)}{hint}")
+    if args.topology is not None and args.emu:
+        parser.error("--topology runs the fabric simulator (--sim); the emulation has one switch")
+    if args.placement is not None and args.topology is None:
+        parser.error("--placement places jobs onto a fabric's racks; add --topology FILE")
     if args.emu and set(policies) & set(ablation_names()):
         parser.error(
             f"the ablations {','.join(ablation_names())} run in --sim only: the switch "
@@ -291,10 +392,13 @@ class _Point:
     backend: str
     command: str
     emu_config: str | None = None
+    fabric: FabricSetting | None = None
 
 
 def _run_point(task: _Point, runner: PolicyRunner, bar: tqdm | None) -> RunOutcome:
     task.folder.mkdir(parents=True, exist_ok=True)
+    if task.fabric is not None:
+        runner = FabricRunner(task.fabric)
     return run_bench(
         task.jobs,
         task.policies,
@@ -306,6 +410,7 @@ def _run_point(task: _Point, runner: PolicyRunner, bar: tqdm | None) -> RunOutco
         command=task.command,
         bar=bar,
         emu_config=task.emu_config,
+        fabric=task.fabric,
     )
 
 
@@ -368,9 +473,11 @@ def run_bench(
     command: str,
     bar: tqdm | None = None,
     emu_config: str | None = None,
+    fabric: FabricSetting | None = None,
 ) -> RunOutcome:
     """Run every policy on the same jobs and write the whole output folder (`emu_config`:
-    the name of the ``--emu`` configuration the runner uses, for the report)."""
+    the name of the ``--emu`` configuration the runner uses, for the report; `fabric`: the
+    ``--topology`` run's fabric, whose runner `runner` must be)."""
     jobs = with_load(base_jobs, params.load)
     runs, cpu_s = _run_policies(jobs, policies, params, runner, bar)
     summaries = {r.policy: summarise(r) for r in runs}
@@ -385,7 +492,21 @@ def run_bench(
     parameters, extra_sources, ideal_avg, notes = _context(
         jobs, params, backend, workload, emu_config
     )
+    if fabric is not None:
+        # One switch's bound does not hold in a fabric, whose every switch runs that model.
+        ideal_avg = None
+        notes = [
+            "Fabric: scheduler.fabricsim runs the fluid model below at every switch of a "
+            "job's tree (scheduler.fabricflow); not validated against the fragment-level "
+            "model, which has one switch (docs/topology.md says what is validated).",
+            *notes,
+        ]
+        parameters["topology"], parameters["placement"] = fabric.describe(), fabric.placement
+        extra_sources["topology"] = "--topology FILE and the --set/--sweep fabric keys"
+        extra_sources["placement"] = "--placement (scheduler.placement)"
     document = _summary(summaries, ratio, parameters, decomposition, runs)
+    if fabric is not None:
+        document["fabric"] = fabric_document(fabric, runs)
     write_summary(out, document)
     write_jobs_csv(out, runs)
     write_plots(out, runs, f"{workload} ({backend})")
@@ -401,7 +522,10 @@ def run_bench(
         runs=runs,
         ideal_avg=ideal_avg,
         notes=notes,
+        validate=fabric is None,
     )
+    if fabric is not None:
+        report = "\n".join([report.rstrip("\n"), *render_fabric(fabric, runs)]) + "\n"
     if decomposition is not None:
         section = ablation.render(decomposition, params.sim.spec.priority)
         report = "\n".join([report.rstrip("\n"), *section]) + "\n"
@@ -521,5 +645,9 @@ def _print_summary(outcome: RunOutcome) -> None:
     print(format_table(header, rows))
     for name, value in outcome.ratios.items():
         print(f"{name}: {'-' if value is None else f'{value:.3f}'}")
+    for run in outcome.runs:
+        if run.ina is not None:
+            score = "-" if run.ina.score is None else f"{run.ina.score:.3f}"
+            print(f"{run.policy} INA efficiency score (Mina's): {score}")
     for name, value in outcome.document.get("decomposition", {}).items():
         print(f"decomposition {name}: {'-' if value is None else f'{value:.3f}'}")
