@@ -52,7 +52,7 @@ from bench.jct.output import (
     write_plots,
     write_summary,
 )
-from bench.jct.params import BenchParams, parse_sweeps
+from bench.jct.params import BenchParams, parse_sweep, parse_sweeps
 from bench.jct.report import render_report
 from bench.jct.results import PolicyRun, PolicySummary, finite, ratios, summarise
 from scheduler.config import SimConfig

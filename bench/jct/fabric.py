@@ -84,7 +84,8 @@ class FabricSetting:
             raise ValueError(f"{name} must be {what}, got {raw!r}") from None
         if not value > 0:
             raise ValueError(f"{name} must be > 0, got {raw!r}")
-        out = replace(self, **{name: value})
+        changes: dict[str, Any] = {name: value}
+        out = replace(self, **changes)
         out.fabric()  # refuse now what no run could build
         return out
 
