@@ -20,10 +20,10 @@ from bench.jct.grid import Heatmap
 from bench.jct.params import BenchParams
 from bench.jct.results import InaScore, PolicyRun, summarise
 from bench.jct.sim import sim_config, to_policy_run
-from scheduler.errors import TopologyError
+from scheduler.errors import SchedulerError, TopologyError
 from scheduler.fabric import Fabric, Switch, load_fabric, two_level_fabric
 from scheduler.fabricsim import FabricRun, simulate_fabric
-from scheduler.placement import placement_names
+from scheduler.placement import make_placement
 from scheduler.registry import FABRIC_POLICIES
 from scheduler.workload import JobSpec
 
@@ -70,9 +70,10 @@ class FabricSetting:
     oversubscription: float | None = None
 
     def __post_init__(self) -> None:
-        if self.placement not in placement_names():
-            known = ", ".join(placement_names())
-            raise ValueError(f"--placement {self.placement!r}: one of {known}")
+        try:
+            make_placement(self.placement)
+        except SchedulerError as exc:
+            raise ValueError(f"--placement {self.placement}: {exc}") from None
 
     def with_value(self, name: str, raw: str) -> FabricSetting:
         """A copy with key `name` (of `FABRIC_KEYS`) parsed from `raw`; raises ValueError."""
