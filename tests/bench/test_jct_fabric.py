@@ -42,7 +42,8 @@ def test_a_fabric_run_reports_topology_placement_and_each_policys_score(tmp_path
 def test_a_fabric_sweep_has_score_columns_and_the_fabric_heatmaps(tmp_path: Path) -> None:
     out = tmp_path / "out"
     argv = ["--workload", "synthetic-8", "--topology", TOPOLOGY, "--policies", "esa,tiered",
-            "--sweep", "racks=2,4", "--sweep", "memory=512,2048", "--out", str(out), "--quiet"]  # fmt: skip
+            "--sweep", "racks=2,4", "--sweep", "memory=512,2048", "--out", str(out),
+            "--quiet"]  # fmt: skip
     assert main(argv) == 0
     with open(out / "sweep.csv", newline="") as f:
         rows = list(csv.DictReader(f))
