@@ -51,14 +51,15 @@ _EPS = 1e-9
 @dataclass(frozen=True, slots=True)
 class FabricJob:
     """A finished job in the fabric: its `hosts` (servers), racks, the switches its tree has,
-    where it last aggregated, and the analytic run times from admission with exclusive INA
-    at every switch of its tree (`t_ina_s`) and with none (`t_none_s`)."""
+    the seconds it aggregated below the top of its tree (`below_top_s`, its PS adding partial
+    sums), and the analytic run times from admission with exclusive INA at every switch of
+    its tree (`t_ina_s`) and with none (`t_none_s`)."""
 
     job_id: int
     hosts: int
     racks: tuple[tuple[str, int], ...]
     tree: tuple[str, ...]
-    aggregated_at: tuple[str, ...]
+    below_top_s: float
     t_ina_s: float
     t_none_s: float
 
@@ -93,6 +94,8 @@ class _Job:
     preemptions_caused: float = 0.0
     refused: str | None = None
     aggregate: AggregateAt | None = None
+    duty: float = 1.0
+    below_top_s: float = 0.0
     t_ina_s: float = 0.0
     t_none_s: float = 0.0
 
@@ -221,7 +224,7 @@ class _Fabric:
                 JobView(j.spec.job_id, JobState.RUNNING, j.spec.arrival_s, j.servers,
                         j.spec.grad_bytes, j.spec.iterations, int(j.iterations_done),
                         self.cfg.window, j.spec.priority_class, j.starved_s),
-                j.racks, j.tree,
+                j.racks, j.tree, j.duty,
             )
             for j in running
         )  # fmt: skip
@@ -342,8 +345,8 @@ def _result(fab: _Fabric, cfg: SimConfig, util: list[UtilSample], events: int) -
     unfinished = len(fab.done) - len(finished) + len(fab.live)
     run = RunResult(cfg, results, tuple(util), events, unfinished, refused)
     infos = tuple(
-        FabricJob(j.spec.job_id, j.servers, j.racks, j.tree,
-                  j.aggregate.switches if j.aggregate else j.tree, j.t_ina_s, j.t_none_s)
+        FabricJob(j.spec.job_id, j.servers, j.racks, j.tree, j.below_top_s, j.t_ina_s,
+                  j.t_none_s)
         for j in finished
     )  # fmt: skip
     return FabricRun(run, infos, fab.fabric.describe(), fab.placer.describe())
@@ -356,6 +359,9 @@ class _Steady:
     def __init__(self, fab: _Fabric, active: Sequence[_Job], rates: dict[int, FabricRate]):
         cfg = fab.cfg
         self.rates = [rates[j.spec.job_id] for j in active]
+        for j, r in zip(active, self.rates, strict=True):
+            j.duty = r.duty
+        self.below_top = [j.aggregate is not None and j.aggregate.ps_partials > 0 for j in active]
         self.per_iter = [j.spec.iter_time_s + cfg.iteration_overhead_s + r.t_comm_s
                          for j, r in zip(active, self.rates, strict=True)]  # fmt: skip
         self.frags = [math.ceil(j.spec.grad_bytes / cfg.payload_bytes) for j in active]
@@ -435,9 +441,10 @@ class _Steady:
     ) -> None:
         if dt <= 0:
             return
-        for j, rate, per_iter, frags in zip(
-            active, self.rates, self.per_iter, self.frags, strict=True
+        for j, rate, per_iter, frags, below in zip(
+            active, self.rates, self.per_iter, self.frags, self.below_top, strict=True
         ):
+            j.below_top_s += dt if below else 0.0
             iters = min(dt / per_iter, j.spec.iterations - j.iterations_done)
             j.iterations_done += iters
             grad = iters * j.spec.grad_bytes

@@ -12,10 +12,12 @@ today's policies in a fabric: every job on its whole tree, each switch ranking i
 ablation switches off alone (as ``esa-norelease``/``esa-nopreempt`` do for esa):
 
 - spill (off in ``tiered-nospill``): an inner switch (the spine) is offered to the cross-rack
-  jobs in rank order while the windows they can hold there (`window` aggregators each) fit
-  its pool; a job below that line, the one esa would preempt at the spine, aggregates at its
-  ToRs only and each ToR sends its rack's partial sum to the job's PS, which sees a fan-in of
-  its racks, not its workers (ATP's per-rack aggregation);
+  jobs in rank order while what they hold there on average (a window of aggregators while
+  they communicate: `window` x `FabricJobView.duty`) fits its pool; a job below that line,
+  whose partial sums esa would keep evicting there for the jobs above it (each eviction
+  costing its PS a partial sum and a round trip, each collision a possible split),
+  aggregates at its ToRs only, and each ToR sends its rack's partial sum to the job's PS,
+  which sees a fan-in of its racks, not its workers (ATP's per-rack aggregation);
 - one rank (off in ``tiered-local``): one level per job, from the ranking of every job in the
   fabric, used at every switch of its tree, so a job does not win at its ToR and lose at the
   spine to the same rival.
@@ -48,12 +50,14 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class FabricJobView:
     """A job holding memory in the fabric: its fabric-wide `view` (workers = its servers, one
-    INA worker each), its servers per ToR (`racks`, fabric order) and its whole `tree`
-    (`Fabric.tree_of`)."""
+    INA worker each), its servers per ToR (`racks`, fabric order), its whole `tree`
+    (`Fabric.tree_of`) and `duty`, the share of its time it communicates, as measured so far
+    (1 before it is known: the most it can be)."""
 
     view: JobView
     racks: tuple[tuple[str, int], ...]
     tree: tuple[str, ...]
+    duty: float = 1.0
 
     @property
     def job_id(self) -> int:
@@ -141,23 +145,25 @@ class TieredPolicy(FabricPolicy):
 
     def _spilled(self, snapshot: FabricSnapshot, ranked: Mapping[int, int]) -> set[int]:
         """The cross-rack jobs below the memory line of some inner switch of their tree:
-        walking its jobs best level first (then by rank key, arrival, id), each holds up to
-        its window of aggregators there, and those past the pool do not fit."""
+        walking its jobs best level first (then by rank key, arrival, id), each holds its
+        window there while it communicates, its duty cycle of the time, and those past the
+        pool do not fit."""
         fabric, window = snapshot.fabric, snapshot.window
         order = sorted(
             snapshot.jobs,
             key=lambda j: (-ranked[j.job_id], self.priority_key(j.view), j.view.arrival_s,
                            j.job_id),
         )  # fmt: skip
-        used: dict[str, int] = {}
+        used: dict[str, float] = {}
         out: set[int] = set()
         for job in order:
             inner = [s for s in job.tree if fabric.switch(s).rack is None]
             if not inner:
                 continue
-            if all(used.get(s, 0) + window <= fabric.switch(s).aggregators for s in inner):
+            demand = window * job.duty
+            if all(used.get(s, 0.0) + demand <= fabric.switch(s).aggregators for s in inner):
                 for s in inner:
-                    used[s] = used.get(s, 0) + window
+                    used[s] = used.get(s, 0.0) + demand
             else:
                 out.add(job.job_id)
         return out

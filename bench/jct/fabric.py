@@ -141,7 +141,7 @@ def ina_score(run: FabricRun) -> InaScore:
     t_none = sum(j.hosts * j.t_none_s for j in run.jobs)
     headroom = t_none - t_ina
     cross = [j for j in run.jobs if len(j.racks) > 1]
-    at_tors = sum(1 for j in cross if len(j.aggregated_at) < len(j.tree))
+    at_tors = sum(1 for j in cross if j.below_top_s > 0)
     score = (t_none - t) / headroom if headroom > 0 else None
     return InaScore(score, t, t_ina, t_none, len(cross), at_tors)
 
@@ -223,7 +223,7 @@ def render_fabric(setting: FabricSetting, runs: Sequence[PolicyRun]) -> list[str
         "Simulator: scheduler.fabricsim (per-switch fluid model, scheduler.fabricflow; each "
         "job's allreduce takes its slowest switch, ToR uplink or PS bound).",
         "",
-        "| policy | avg JCT | p99 | INA score | cross-rack jobs | of them at ToRs only |",
+        "| policy | avg JCT | p99 | INA score | cross-rack jobs | of them ever at ToRs only |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for r in runs:

@@ -97,7 +97,8 @@ class InaScore:
     """Mina's INA efficiency score of a fabric run and the host-weighted sums it is made of
     (`bench.jct.fabric.SCORE_DEFINITION`; `score` None when T_none = T_ina): run time from
     admission `t_s`, with exclusive INA `t_ina_s`, with none `t_none_s`; jobs spanning racks
-    (`cross_rack`) and those of them that last aggregated at their ToRs only (`at_tors`)."""
+    (`cross_rack`) and those of them that aggregated at their ToRs only for a while
+    (`at_tors`)."""
 
     score: float | None
     t_s: float

@@ -69,9 +69,9 @@ def _run(times: dict[int, tuple[float, float]], jobs: list[FabricJob]) -> Fabric
 
 def test_the_score_is_a_ratio_of_host_weighted_sums_from_admission() -> None:
     jobs = [
-        FabricJob(0, 1, (("tor0", 1),), ("tor0",), ("tor0",), t_ina_s=10.0, t_none_s=20.0),
-        FabricJob(1, 3, (("tor0", 2), ("tor1", 1)), ("tor0", "tor1", "spine"),
-                  ("tor0", "tor1"), t_ina_s=10.0, t_none_s=30.0),
+        FabricJob(0, 1, (("tor0", 1),), ("tor0",), 0.0, t_ina_s=10.0, t_none_s=20.0),
+        FabricJob(1, 3, (("tor0", 2), ("tor1", 1)), ("tor0", "tor1", "spine"), 4.0,
+                  t_ina_s=10.0, t_none_s=30.0),
     ]  # fmt: skip
     # Job 0 runs 15 s after queueing 100 s (not counted); job 1 runs 10 s, as with exclusive INA.
     score = ina_score(_run({0: (100.0, 115.0), 1: (0.0, 10.0)}, jobs))

@@ -109,3 +109,14 @@ def test_per_rack_partials_cost_the_ps_one_packet_per_rack_not_per_worker() -> N
     assert at_tors >= frags * 2 * cfg.ps_fragment_s
     assert at_tors < frags * 3 * cfg.ps_fragment_s
     assert at_spine < at_tors < none / 4
+
+
+def test_the_spine_line_counts_what_jobs_hold_on_average() -> None:
+    """A window while communicating, for the share of time a job communicates: four jobs
+    that communicate half the time fit where two windows do; a fifth does not."""
+    jobs = tuple(
+        FabricJobView(j.view, j.racks, j.tree, duty=0.5)
+        for j in (_job(i, {"tor0": 1, "tor1": 1}, left=10 * i) for i in range(1, 6))
+    )
+    out = make_fabric_policy("tiered", SPEC).aggregate(_snapshot(256, *jobs))
+    assert [a.ps_partials for a in out] == [0, 0, 0, 0, 2]
