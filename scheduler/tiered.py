@@ -12,11 +12,11 @@ today's policies in a fabric: every job on its whole tree, each switch ranking i
 ablation switches off alone (as ``esa-norelease``/``esa-nopreempt`` do for esa):
 
 - spill (off in ``tiered-nospill``): an inner switch (the spine) is offered to the cross-rack
-  jobs in rank order while what they hold there on average (a window of aggregators while
-  they communicate: `window` x `FabricJobView.duty`) fits its pool; a job below that line,
-  whose partial sums esa would keep evicting there for the jobs above it (each eviction
-  costing its PS a partial sum and a round trip, each collision a possible split),
-  aggregates at its ToRs only, and each ToR sends its rack's partial sum to the job's PS,
+  jobs in rank order until what the jobs above hold there on average (a window of
+  aggregators while they communicate: `window` x `FabricJobView.duty` each) fills its pool;
+  a job below that line, whose partial sums esa would keep evicting there for the jobs
+  above it (each eviction costing its PS a partial sum and a round trip, each collision a
+  possible split), aggregates at its ToRs only, and each ToR sends its rack's partial sum to the job's PS,
   which sees a fan-in of its racks, not its workers (ATP's per-rack aggregation);
 - one rank (off in ``tiered-local``): one level per job, from the ranking of every job in the
   fabric, used at every switch of its tree, so a job does not win at its ToR and lose at the
@@ -146,8 +146,8 @@ class TieredPolicy(FabricPolicy):
     def _spilled(self, snapshot: FabricSnapshot, ranked: Mapping[int, int]) -> set[int]:
         """The cross-rack jobs below the memory line of some inner switch of their tree:
         walking its jobs best level first (then by rank key, arrival, id), each holds its
-        window there while it communicates, its duty cycle of the time, and those past the
-        pool do not fit."""
+        window there while it communicates, its duty cycle of the time; a job finding the
+        pool filled by those above it is below the line."""
         fabric, window = snapshot.fabric, snapshot.window
         order = sorted(
             snapshot.jobs,
@@ -160,10 +160,9 @@ class TieredPolicy(FabricPolicy):
             inner = [s for s in job.tree if fabric.switch(s).rack is None]
             if not inner:
                 continue
-            demand = window * job.duty
-            if all(used.get(s, 0.0) + demand <= fabric.switch(s).aggregators for s in inner):
+            if all(used.get(s, 0.0) < fabric.switch(s).aggregators for s in inner):
                 for s in inner:
-                    used[s] = used.get(s, 0.0) + demand
+                    used[s] = used.get(s, 0.0) + window * job.duty
             else:
                 out.add(job.job_id)
         return out

@@ -57,7 +57,7 @@ def test_cross_rack_jobs_below_the_spine_memory_line_aggregate_at_their_tors() -
         _job(4, {"tor3": 8}, left=99),
     )
     out = {a.job_id: a for a in make_fabric_policy("tiered", SPEC).aggregate(_snapshot(256, *jobs))}
-    # Two windows of 128 fit the spine: the two shortest cross-rack jobs hold it.
+    # Two windows of 128 fill the spine: the two shortest cross-rack jobs hold it.
     assert out[1].switches == ("tor0", "tor1", "spine") and out[1].ps_partials == 0
     assert out[3].switches == ("tor1", "tor2", "spine")
     assert out[2].switches == ("tor0", "tor2", "tor3") and out[2].ps_partials == 3
@@ -113,10 +113,16 @@ def test_per_rack_partials_cost_the_ps_one_packet_per_rack_not_per_worker() -> N
 
 def test_the_spine_line_counts_what_jobs_hold_on_average() -> None:
     """A window while communicating, for the share of time a job communicates: four jobs
-    that communicate half the time fit where two windows do; a fifth does not."""
+    that communicate half the time fill what two windows do; a fifth finds no room."""
     jobs = tuple(
         FabricJobView(j.view, j.racks, j.tree, duty=0.5)
         for j in (_job(i, {"tor0": 1, "tor1": 1}, left=10 * i) for i in range(1, 6))
     )
     out = make_fabric_policy("tiered", SPEC).aggregate(_snapshot(256, *jobs))
     assert [a.ps_partials for a in out] == [0, 0, 0, 0, 2]
+
+
+def test_the_first_job_keeps_the_spine_however_small_its_pool() -> None:
+    jobs = (_job(1, {"tor0": 1, "tor1": 1}, left=10), _job(2, {"tor2": 1, "tor3": 1}, left=20))
+    out = make_fabric_policy("tiered", SPEC).aggregate(_snapshot(16, *jobs))
+    assert [a.ps_partials for a in out] == [0, 2]
