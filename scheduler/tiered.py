@@ -16,8 +16,9 @@ ablation switches off alone (as ``esa-norelease``/``esa-nopreempt`` do for esa):
   aggregators while they communicate: `window` x `FabricJobView.duty` each) fills its pool;
   a job below that line, whose partial sums esa would keep evicting there for the jobs
   above it (each eviction costing its PS a partial sum and a round trip, each collision a
-  possible split), aggregates at its ToRs only, and each ToR sends its rack's partial sum to the job's PS,
-  which sees a fan-in of its racks, not its workers (ATP's per-rack aggregation);
+  possible split), aggregates at its ToRs only, and each ToR sends its rack's partial sum
+  to the job's PS, which sees a fan-in of its racks, not its workers (ATP's per-rack
+  aggregation);
 - one rank (off in ``tiered-local``): one level per job, from the ranking of every job in the
   fabric, used at every switch of its tree, so a job does not win at its ToR and lose at the
   spine to the same rival.
