@@ -6,7 +6,9 @@ here. The REST schemas, the CLI choices and the service settings take their name
 `policy_names` and `priority_names`. `ABLATIONS` are esa with one mechanism switched off
 (`scheduler.ablations`): policies like the others for the simulators and the benchmarks
 (`make_policy` builds them), not offered by the service, whose switch cannot run
-``esa-norelease``.
+``esa-norelease``. `FABRIC_POLICIES` decide at which switches of a fabric each job
+aggregates (`scheduler.tiered`), with their ablations; the fabric simulator
+(`scheduler.fabricsim`) runs them, and every switch policy too (as `PerSwitch`).
 """
 
 from __future__ import annotations
@@ -18,12 +20,22 @@ from scheduler.esa import EsaPolicy
 from scheduler.policy import Policy, PolicyParams
 from scheduler.priority import PRIORITIES, get_priority
 from scheduler.static import StaticPolicy
+from scheduler.tiered import (
+    FabricPolicy,
+    PerSwitch,
+    TieredLocalPolicy,
+    TieredNoSpillPolicy,
+    TieredPolicy,
+)
 
 __all__ = [
     "ABLATIONS",
+    "FABRIC_POLICIES",
     "POLICIES",
     "ablation_names",
+    "fabric_policy_names",
     "get_priority",
+    "make_fabric_policy",
     "make_policy",
     "policy_class",
     "policy_names",
@@ -45,6 +57,14 @@ ABLATIONS: dict[str, type[Policy]] = {
 }
 
 
+#: Fabric policies (and their ablations), by name; run by the fabric simulator only.
+FABRIC_POLICIES: dict[str, type[FabricPolicy]] = {
+    TieredPolicy.name: TieredPolicy,
+    TieredNoSpillPolicy.name: TieredNoSpillPolicy,
+    TieredLocalPolicy.name: TieredLocalPolicy,
+}
+
+
 def register_policy(name: str, cls: type[Policy]) -> None:
     """Add (or replace) policy `name`, for a policy defined outside this package."""
     POLICIES[name] = cls
@@ -63,6 +83,23 @@ def policy_class(name: str) -> type[Policy]:
 def make_policy(spec: PolicyParams) -> Policy:
     """A new policy (or ablation) as `spec` says."""
     return policy_class(spec.policy)(spec)
+
+
+def make_fabric_policy(name: str, spec: PolicyParams) -> FabricPolicy:
+    """Fabric policy `name` with `spec`'s priority function, levels and aging, or switch
+    policy (or ablation) `name` on every switch as `PerSwitch`; raises `UnknownName`."""
+    cls = FABRIC_POLICIES.get(name)
+    if cls is not None:
+        return cls(spec)
+    if name not in POLICIES and name not in ABLATIONS:
+        known = ", ".join(sorted((*POLICIES, *ABLATIONS, *FABRIC_POLICIES)))
+        raise UnknownName(f"unknown policy {name!r}; known: {known}")
+    return PerSwitch(spec, name)
+
+
+def fabric_policy_names() -> tuple[str, ...]:
+    """Registered fabric policies, in registration order (``tiered``, its ablations)."""
+    return tuple(FABRIC_POLICIES)
 
 
 def policy_names() -> tuple[str, ...]:

@@ -3,6 +3,8 @@
     inasched bench jct --workload philly --policies static,atp,esa --out results/philly --sim
     inasched bench jct --workload synthetic-1000 --out results/mem --sweep memory=8192,16384
     inasched bench jct --workload synthetic-10 --out results/emu --emu
+    inasched bench jct --workload philly --topology scheduler/data/topology-2tors.json \
+        --placement spread --policies esa,tiered --out results/fabric --sweep racks=2,4
 
 Every policy runs on the same jobs with the same `BenchParams` (`bench.jct.params`, each value with
 its source). The output folder gets ``summary.json``, ``jobs.csv``, the plots and ``report.md``;
@@ -11,8 +13,9 @@ with atp, esa-nopreempt and esa among the policies, esa's gain over atp is decom
 ``--sweep`` run their grid and draw heatmaps (`bench.jct.grid`); ``--jobs N`` runs the points in N
 processes, ``--dask ADDRESS`` on a Dask cluster (`bench.jct.cluster`). ``--service URL --token T``
 also stores the run in the service. ``--sim`` (default) drives ``scheduler.simulator``; ``--emu``
-runs real processes on loopback (`bench.jct.emu`). A bad argument is one line on stderr and exit
-status 2; ``--out`` must be a new or empty folder unless ``--force`` is given.
+runs real processes on loopback (`bench.jct.emu`); ``--topology FILE`` runs the fabric simulator
+(`bench.jct.fabric`). A bad argument is one line on stderr and exit status 2; ``--out`` must be a
+new or empty folder unless ``--force`` is given.
 """
 
 from __future__ import annotations
@@ -33,6 +36,16 @@ from tqdm import tqdm
 
 from bench.jct import ablation, cluster, grid
 from bench.jct.cluster import ClusterError
+from bench.jct.fabric import (
+    FABRIC_HEATMAPS,
+    FABRIC_KEYS,
+    FabricRunner,
+    FabricSetting,
+    fabric_columns,
+    fabric_document,
+    read_setting,
+    render_fabric,
+)
 from bench.jct.output import (
     format_table,
     summary_document,
@@ -40,12 +53,13 @@ from bench.jct.output import (
     write_plots,
     write_summary,
 )
-from bench.jct.params import BenchParams, parse_sweeps
+from bench.jct.params import BenchParams, parse_sweep, parse_sweeps
 from bench.jct.report import render_report
 from bench.jct.results import PolicyRun, PolicySummary, finite, ratios, summarise
 from scheduler.config import SimConfig
-from scheduler.errors import WorkloadError
-from scheduler.registry import ablation_names, policy_names
+from scheduler.errors import TopologyError, WorkloadError
+from scheduler.placement import placement_names
+from scheduler.registry import ablation_names, fabric_policy_names, policy_names
 from scheduler.workload import PHILLY_PREFIX, JobSpec, load_workload, write_workload
 
 __all__ = ["RunOutcome", "compute_bench", "main", "run_bench", "write_outcome"]
@@ -138,6 +152,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0, help="workload and placement seed")
     p.add_argument(
+        "--topology",
+        metavar="FILE",
+        help="run on this fabric (docs/topology.md) with the fabric simulator; adds the "
+        f"fabric policies {', '.join(fabric_policy_names())} and the --sweep/--set keys "
+        f"{', '.join(FABRIC_KEYS)} (memory: every switch)",
+    )
+    p.add_argument(
+        "--placement",
+        choices=placement_names(),
+        default=None,
+        help="--topology only: how a job's servers are placed onto racks (default packed)",
+    )
+    p.add_argument(
         "--jobs",
         type=int,
         default=None,
@@ -172,14 +199,17 @@ def main(argv: list[str] | None = None) -> int:
     policies = _checked_policies(parser, args)
     command = "inasched bench jct " + shlex.join(args_list)
     try:
-        params = BenchParams(sim=SimConfig(seed=args.seed)).with_settings(args.set)
-        sweeps = parse_sweeps(args.sweep)
-    except ValueError as exc:
+        setting, sets = _fabric_setting(args)
+        params = BenchParams(sim=SimConfig(seed=args.seed)).with_settings(sets)
+        sweeps = _sweeps(args.sweep, setting)
+    except (ValueError, TopologyError) as exc:
         parser.error(str(exc))
     runner, base_jobs = _runner_and_jobs(parser, args)
     client = _dask_client(parser, args.dask) if args.dask else None
     try:
-        return _run(parser, args, command, policies, params, sweeps, runner, base_jobs, client)
+        return _run(
+            parser, args, command, policies, params, sweeps, runner, base_jobs, client, setting
+        )
     finally:
         if client is not None:
             client.close()
@@ -195,9 +225,10 @@ def _run(
     runner: PolicyRunner,
     base_jobs: Sequence[JobSpec],
     client: Any,
+    setting: FabricSetting | None,
 ) -> int:
-    """`main` once its arguments are checked (`client`: ``--dask``'s, or None): every point,
-    then the sweep's files."""
+    """`main` once its arguments are checked (`client`: ``--dask``'s, or None; `setting`:
+    ``--topology``'s fabric, or None): every point, then the sweep's files."""
     backend = "emu" if args.emu else "sim"
     out: Path = args.out
     _check_out(parser, out, force=args.force)
@@ -210,8 +241,9 @@ def _run(
     bar = tqdm(total=len(points) * len(policies), desc="jct", unit="run", disable=args.quiet)
     emu_config = args.emu_config if args.emu else None
     tasks = [
-        _Point(base_jobs, tuple(policies), grid.point_params(params, point),
-               out / grid.point_folder(point), args.workload, backend, command, emu_config)
+        _Point(base_jobs, tuple(policies), _point_params(params, point),
+               out / grid.point_folder(point), args.workload, backend, command, emu_config,
+               _point_setting(setting, point))
         for point in points
     ]  # fmt: skip
     if client is not None:
@@ -232,7 +264,10 @@ def _run(
             stored.append(run.get("id"))
         if point:
             gains = outcome.document.get("decomposition", {})
-            sweep_rows.append(grid.grid_row(point, outcome.summaries, outcome.ratios, gains))
+            row = grid.grid_row(point, outcome.summaries, outcome.ratios, gains)
+            if setting is not None:
+                row.update(fabric_columns(outcome.runs))
+            sweep_rows.append(row)
             cpu_rows.append(grid.cpu_row(point, outcome.cpu_s))
         else:
             _print_summary(outcome)
@@ -240,9 +275,13 @@ def _run(
     if sweeps:
         _write_sweep(out, sweep_rows, cpu_rows)
     if len(sweeps) == 2:
-        written, skipped = grid.write_heatmaps(
-            out, sweeps, policies, f"{args.workload} ({backend})"
-        )
+        title = f"{args.workload} ({backend})"
+        if setting is None:
+            written, skipped = grid.write_heatmaps(out, sweeps, policies, title)
+        else:
+            title += f", placement {setting.placement}"
+            maps = (*grid.HEATMAPS, *FABRIC_HEATMAPS)
+            written, skipped = grid.write_heatmaps(out, sweeps, policies, title, maps)
         print("\n".join([*(f"heatmap: {path}" for path in written), *skipped]))
     from bench.jct.store import where_stored
 
@@ -250,14 +289,79 @@ def _run(
     return 0
 
 
+def _fabric_setting(args: argparse.Namespace) -> tuple[FabricSetting | None, list[str]]:
+    """The ``--topology`` run's fabric with its ``--set`` keys (`FABRIC_KEYS`), and the
+    ``--set`` items for `BenchParams` (``memory`` goes to both)."""
+    if args.topology is None:
+        return None, list(args.set)
+    keys = {}
+    rest = []
+    for item in args.set:
+        name, _, value = item.partition("=")
+        if name.strip() in FABRIC_KEYS:
+            keys[name.strip()] = value.strip()
+        if name.strip() not in FABRIC_KEYS or name.strip() == "memory":
+            rest.append(item)
+    return read_setting(args.topology, args.placement or "packed", keys), rest
+
+
+def _sweeps(specs: Sequence[str], setting: FabricSetting | None) -> list[tuple[str, list[str]]]:
+    """`parse_sweeps`, with the fabric's keys (`FABRIC_KEYS`) on a ``--topology`` run."""
+    if setting is None:
+        return parse_sweeps(specs)
+    names = [spec.partition("=")[0].strip() for spec in specs]
+    plain = [spec for spec, name in zip(specs, names, strict=True) if name not in FABRIC_KEYS]
+    parse_sweeps(plain)
+    if len(specs) > 2:
+        raise ValueError(f"--sweep is given at most 2 times (a grid of two); got {len(specs)}")
+    if len(set(names)) < len(names):
+        raise ValueError(f"--sweep gives one parameter twice: {', '.join(names)}")
+    out = []
+    for spec, name in zip(specs, names, strict=True):
+        values = [v.strip() for v in spec.partition("=")[2].split(",") if v.strip()]
+        if name not in FABRIC_KEYS:
+            out.append(parse_sweep(spec))
+            continue
+        if not values or len(set(values)) < len(values):
+            raise ValueError(f"--sweep {spec!r}: give distinct values, PARAM=V1,V2,...")
+        for value in values:
+            setting.with_value(name, value)
+            if name == "memory":
+                BenchParams().with_value(name, value)
+        out.append((name, values))
+    return out
+
+
+def _point_params(params: BenchParams, point: grid.Point) -> BenchParams:
+    """`grid.point_params` without the fabric's own keys (``memory`` is both)."""
+    own = tuple((k, v) for k, v in point if k not in FABRIC_KEYS or k == "memory")
+    return grid.point_params(params, own)
+
+
+def _point_setting(setting: FabricSetting | None, point: grid.Point) -> FabricSetting | None:
+    if setting is None:
+        return None
+    for name, value in point:
+        if name in FABRIC_KEYS:
+            setting = setting.with_value(name, value)
+    return setting
+
+
 def _checked_policies(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
     """`--policies` as a list, once it and the flags that go with it make sense together
     (else a usage error naming what is wrong)."""
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     known = (*policy_names(), *ablation_names())
+    if args.topology is not None:
+        known += fabric_policy_names()
     unknown = [p for p in policies if p not in known]
     if unknown or not policies:
-        parser.error(f"unknown policies {unknown}; choose from {','.join(known)}")
+        hint = "" if args.topology else f" ({', '.join(fabric_policy_names())} with --topology)"
+        parser.error(f"unknown policies {unknown}; choose from {','.join(known)}{hint}")
+    if args.topology is not None and args.emu:
+        parser.error("--topology runs the fabric simulator (--sim); the emulation has one switch")
+    if args.placement is not None and args.topology is None:
+        parser.error("--placement places jobs onto a fabric's racks; add --topology FILE")
     if args.emu and set(policies) & set(ablation_names()):
         parser.error(
             f"the ablations {','.join(ablation_names())} run in --sim only: the switch "
@@ -331,10 +435,13 @@ class _Point:
     backend: str
     command: str
     emu_config: str | None = None
+    fabric: FabricSetting | None = None
 
 
 def _run_point(task: _Point, runner: PolicyRunner, bar: tqdm | None) -> RunOutcome:
     task.folder.mkdir(parents=True, exist_ok=True)
+    if task.fabric is not None:
+        runner = FabricRunner(task.fabric)
     return run_bench(
         task.jobs,
         task.policies,
@@ -346,6 +453,7 @@ def _run_point(task: _Point, runner: PolicyRunner, bar: tqdm | None) -> RunOutco
         command=task.command,
         bar=bar,
         emu_config=task.emu_config,
+        fabric=task.fabric,
     )
 
 
@@ -361,9 +469,11 @@ def _compute_sim_point(task: _Point) -> RunOutcome:
     pickled by name, so the worker runs its own copy of this module)."""
     from bench.jct.sim import run_policy
 
+    runner: PolicyRunner = run_policy if task.fabric is None else FabricRunner(task.fabric)
     return compute_bench(
-        task.jobs, task.policies, task.params, run_policy, workload=task.workload,
+        task.jobs, task.policies, task.params, runner, workload=task.workload,
         backend=task.backend, command=task.command, emu_config=task.emu_config,
+        fabric=task.fabric,
     )  # fmt: skip
 
 
@@ -443,12 +553,14 @@ def run_bench(
     command: str,
     bar: tqdm | None = None,
     emu_config: str | None = None,
+    fabric: FabricSetting | None = None,
 ) -> RunOutcome:
     """Run every policy on the same jobs and write the whole output folder (`emu_config`:
-    the name of the ``--emu`` configuration the runner uses, for the report)."""
+    the name of the ``--emu`` configuration the runner uses, for the report; `fabric`: the
+    ``--topology`` run's fabric, whose runner `runner` must be)."""
     outcome = compute_bench(
         base_jobs, policies, params, runner, workload=workload, backend=backend,
-        command=command, bar=bar, emu_config=emu_config,
+        command=command, bar=bar, emu_config=emu_config, fabric=fabric,
     )  # fmt: skip
     write_outcome(out, outcome, f"{workload} ({backend})")
     return outcome
@@ -465,6 +577,7 @@ def compute_bench(
     command: str,
     bar: tqdm | None = None,
     emu_config: str | None = None,
+    fabric: FabricSetting | None = None,
 ) -> RunOutcome:
     """`run_bench` without writing a file: every figure of the output folder (the report's
     validation included), so that a machine without that folder can compute it (``--dask``)."""
@@ -482,7 +595,21 @@ def compute_bench(
     parameters, extra_sources, ideal_avg, notes = _context(
         jobs, params, backend, workload, emu_config
     )
+    if fabric is not None:
+        # One switch's bound does not hold in a fabric, whose every switch runs that model.
+        ideal_avg = None
+        notes = [
+            "Fabric: scheduler.fabricsim runs the fluid model below at every switch of a "
+            "job's tree (scheduler.fabricflow); not validated against the fragment-level "
+            "model, which has one switch (docs/topology.md says what is validated).",
+            *notes,
+        ]
+        parameters["topology"], parameters["placement"] = fabric.describe(), fabric.placement
+        extra_sources["topology"] = "--topology FILE and the --set/--sweep fabric keys"
+        extra_sources["placement"] = "--placement (scheduler.placement)"
     document = _summary(summaries, ratio, parameters, decomposition, runs)
+    if fabric is not None:
+        document["fabric"] = fabric_document(fabric, runs)
     report = render_report(
         command=command,
         workload=workload,
@@ -495,7 +622,10 @@ def compute_bench(
         runs=runs,
         ideal_avg=ideal_avg,
         notes=notes,
+        validate=fabric is None,
     )
+    if fabric is not None:
+        report = "\n".join([report.rstrip("\n"), *render_fabric(fabric, runs)]) + "\n"
     if decomposition is not None:
         section = ablation.render(decomposition, params.sim.spec.priority)
         report = "\n".join([report.rstrip("\n"), *section]) + "\n"
@@ -623,5 +753,9 @@ def _print_summary(outcome: RunOutcome) -> None:
     print(format_table(header, rows))
     for name, value in outcome.ratios.items():
         print(f"{name}: {'-' if value is None else f'{value:.3f}'}")
+    for run in outcome.runs:
+        if run.ina is not None:
+            score = "-" if run.ina.score is None else f"{run.ina.score:.3f}"
+            print(f"{run.policy} INA efficiency score (Mina's): {score}")
     for name, value in outcome.document.get("decomposition", {}).items():
         print(f"decomposition {name}: {'-' if value is None else f'{value:.3f}'}")

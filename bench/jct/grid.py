@@ -219,13 +219,14 @@ def write_heatmaps(
     sweeps: Sequence[tuple[str, Sequence[str]]],
     policies: Sequence[str],
     title: str,
+    heatmaps: Sequence[Heatmap] = HEATMAPS,
 ) -> tuple[list[Path], list[str]]:
     """The heatmaps of a two-parameter grid from ``out/sweep.csv`` (first sweep on x, second
     on y): the files written, and one line per heatmap skipped for a policy that did not run."""
     rows = read_grid_csv(out / "sweep.csv")
     (x_name, x_values), (y_name, y_values) = sweeps
     written, skipped = [], []
-    for heatmap in HEATMAPS:
+    for heatmap in heatmaps:
         missing = [p for p in heatmap.policies if p not in policies]
         if missing:
             skipped.append(f"{heatmap.file} skipped: needs {', '.join(missing)} in --policies")

@@ -119,13 +119,15 @@ def render_report(
     ideal_avg: float | None,
     notes: Sequence[str] = (),
     check: SimCheck | None = None,
+    validate: bool = True,
 ) -> str:
     """The whole report as Markdown.
 
     A ``--sim`` report (`backend` ``"sim"``) carries `check`, the fluid model against the
     fragment-level one on a slice of its own workload; when not given it is run here
-    (`bench.jct.simcheck.check_run`, seconds to a minute)."""
-    if check is None and backend == "sim" and runs:
+    (`bench.jct.simcheck.check_run`, seconds to a minute), unless not to `validate` (a
+    fabric run, which the fragment-level model cannot run yet)."""
+    if check is None and backend == "sim" and runs and validate:
         check = check_run(runs, parameters)
     warning, check_section = render_check(check) if check is not None else ([], [])
     lines = _heading(command, workload, backend, n_jobs, list(summaries), warning)

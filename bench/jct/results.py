@@ -16,6 +16,7 @@ import numpy as np
 __all__ = [
     "DATAPLANE_COUNTERS",
     "CpuUse",
+    "InaScore",
     "JOB_COLUMNS",
     "JobOutcome",
     "PolicyRun",
@@ -87,6 +88,24 @@ class PolicyRun:
     dataplane: Mapping[str, int] | None = None
     cpu: CpuUse | None = None
     refused: tuple[tuple[int, str], ...] = ()
+    #: ``--topology`` only: Mina's INA efficiency score (`bench.jct.fabric.ina_score`).
+    ina: InaScore | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InaScore:
+    """Mina's INA efficiency score of a fabric run and the host-weighted sums it is made of
+    (`bench.jct.fabric.SCORE_DEFINITION`; `score` None when T_none = T_ina): run time from
+    admission `t_s`, with exclusive INA `t_ina_s`, with none `t_none_s`; jobs spanning racks
+    (`cross_rack`) and those of them that aggregated at their ToRs only for a while
+    (`at_tors`)."""
+
+    score: float | None
+    t_s: float
+    t_ina_s: float
+    t_none_s: float
+    cross_rack: int
+    at_tors: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,259 @@
+"""The fluid model of a fabric: each switch's contention by `scheduler.fluid`, then the slowest
+bound of every job.
+
+For the jobs holding memory, each switch s gets today's model (`comm_rates`) with its own
+contenders: the jobs that aggregate at s, each with its fan-in there (a ToR: the job's servers
+in its rack; an inner switch: its children that lead to the job's racks), s's priority level
+for it, s's pool, and a round trip stretched to the whole path below s (a fragment's result
+comes back to the worker from s: each level adds one hop up and down, 2 x link latency +
+switch latency + serialisation). A job's allreduce takes the longest of (the bounds):
+
+- each switch it aggregates at (that switch's ``t_comm_s``);
+- each ToR uplink it crosses (it aggregates above its ToR, or sends partial sums to its PS,
+  which is outside the rack): its F fragments per iteration at the uplink's rate
+  (`Fabric.uplink_gbps`: downlink over oversubscription) over 1 + the duty cycles of the
+  other jobs crossing that uplink (the expected number sharing it while it sends);
+- with P partial sums per fragment for its PS (`AggregateAt.ps_partials`, a job aggregating
+  at its ToRs only): its own PS process serves P packets per fragment, and each fragment's
+  slot is a round trip plus the PS detour plus P - 1 packet times, the window W in flight.
+
+One pass, no iteration between switches: each switch's model sees its contenders' duty cycles
+as that switch alone gives them. `exclusive_comm_s` and `no_ina_comm_s` are the analytic
+times Mina's efficiency score compares with (``docs/topology.md`` states them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from scheduler.config import SimConfig
+from scheduler.fabric import Fabric
+from scheduler.fluid import CommRate, FlowJob, comm_rates
+from scheduler.policy import Policy
+from scheduler.registry import make_policy
+from scheduler.spec import PolicySpec
+
+__all__ = [
+    "FabricFlow",
+    "FabricFluid",
+    "FabricRate",
+    "exclusive_comm_s",
+    "fan_in",
+    "no_ina_comm_s",
+    "switch_config",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class FabricFlow:
+    """A job holding memory in a fabric, as the fabric's fluid model needs it: its servers
+    per ToR (`racks`), the `switches` it aggregates at, the partial sums its PS adds per
+    fragment (`ps_partials`, 0 when its top switch completes the sum), its compute seconds per
+    iteration (the iteration overhead included) and its level at each switch (`levels`,
+    ``(switch, level)`` pairs)."""
+
+    job_id: int
+    racks: tuple[tuple[str, int], ...]
+    switches: tuple[str, ...]
+    ps_partials: int
+    grad_bytes: int
+    iter_time_s: float
+    levels: tuple[tuple[str, int], ...]
+
+    @property
+    def workers(self) -> int:
+        return sum(n for _, n in self.racks)
+
+
+@dataclass(frozen=True, slots=True)
+class FabricRate:
+    """One job's steady state in the fabric: allreduce seconds per iteration (`t_comm_s`),
+    which bound set it (`bound`: ``switch NAME``, ``uplink TOR`` or ``ps``), the share of its
+    fragments some switch sent to a PS (`lost`; a job whose PS adds partial sums finishes
+    every fragment there, counted in `at_ps`), evictions per fragment summed over its
+    switches (`evict`), evictions it causes per second (`caused`), its duty cycle, and each
+    switch's `CommRate`."""
+
+    t_comm_s: float
+    bound: str
+    lost: float
+    at_ps: float
+    evict: float
+    caused: float
+    duty: float
+    per_switch: Mapping[str, CommRate]
+
+
+def fan_in(fabric: Fabric, racks: Sequence[tuple[str, int]], switch: str) -> int:
+    """The job's fan-in at `switch`: its servers under a ToR, or how many of an inner
+    switch's children lead to its racks."""
+    if fabric.switch(switch).rack is not None:
+        return sum(n for tor, n in racks if tor == switch)
+    below = set()
+    for tor, _ in racks:
+        path = fabric.path_up(tor)
+        if switch in path[1:]:
+            below.add(path[path.index(switch) - 1])
+    return len(below)
+
+
+def _depth(fabric: Fabric, switch: str) -> int:
+    children = fabric.children(switch)
+    return 1 + max((_depth(fabric, c) for c in children), default=0)
+
+
+def switch_config(cfg: SimConfig, fabric: Fabric, switch: str) -> SimConfig:
+    """`cfg` for `switch`'s model: its pool, and its link latency stretched so that its round
+    trip is the whole path from a server up to `switch` and back (a ToR: `cfg` unchanged)."""
+    extra = (_depth(fabric, switch) - 1) * (
+        2 * cfg.link_latency_s + cfg.switch_latency_s + cfg.fragment_s
+    )
+    return replace(cfg, pool=fabric.pool(switch), link_latency_s=cfg.link_latency_s + extra / 2)
+
+
+def _frags(cfg: SimConfig, grad_bytes: int) -> int:
+    return math.ceil(grad_bytes / cfg.payload_bytes)
+
+
+def _uplink_s(cfg: SimConfig, fabric: Fabric, tor: str, frags: int, sharing: float) -> float:
+    """Seconds for `frags` fragments over `tor`'s uplink shared by `sharing` jobs."""
+    gbps = fabric.uplink_gbps(tor)
+    if gbps is None:
+        return 0.0
+    return frags * cfg.fragment_s * cfg.link_bps * sharing / (gbps * 1e9)
+
+
+def _ps_stream_s(cfg: SimConfig, frags: int, per_fragment: int, workers: int) -> float:
+    """A job's allreduce when its PS adds `per_fragment` packets per fragment (its own
+    process): line rate, window over a slot of round trip + PS detour + the packets after the
+    first, or the PS's packet rate, whichever binds; plus one slot and its last worker's
+    start."""
+    slot = cfg.rtt_s + cfg.ps_detour_s + (per_fragment - 1) * cfg.ps_fragment_s
+    rate = min(1 / cfg.fragment_s, cfg.window / slot, 1 / (per_fragment * cfg.ps_fragment_s))
+    return frags / rate + slot + cfg.worker_skew_s * workers / (workers + 1)
+
+
+class FabricFluid:
+    """Per-switch `comm_rates` under `switch_policy`, each switch's answer kept and reused
+    (and its previous one seeding the next) while its contenders stay the same."""
+
+    def __init__(self, cfg: SimConfig, fabric: Fabric, switch_policy: Policy) -> None:
+        self.cfg = cfg
+        self.fabric = fabric
+        self.policy = switch_policy
+        self._cfgs = {s.name: switch_config(cfg, fabric, s.name) for s in fabric.switches}
+        self._keys: dict[str, tuple[FlowJob, ...]] = {}
+        self._answers: dict[str, dict[int, CommRate]] = {}
+
+    def switch_rates(self, flows: Sequence[FabricFlow]) -> dict[str, dict[int, CommRate]]:
+        """``{switch: {job_id: CommRate}}`` of every switch some flow aggregates at."""
+        contenders: dict[str, list[FlowJob]] = {}
+        for f in flows:
+            levels = dict(f.levels)
+            for s in f.switches:
+                n = fan_in(self.fabric, f.racks, s)
+                flow = FlowJob(f.job_id, n, f.grad_bytes, f.iter_time_s, levels.get(s, 0))
+                contenders.setdefault(s, []).append(flow)
+        out = {}
+        for s, jobs in contenders.items():
+            key = tuple(jobs)
+            if self._keys.get(s) != key:
+                previous = self._answers.get(s)
+                self._answers[s] = comm_rates(self._cfgs[s], self.policy, jobs, start=previous)
+                self._keys[s] = key
+            out[s] = self._answers[s]
+        return out
+
+    def rates(self, flows: Sequence[FabricFlow]) -> dict[int, FabricRate]:
+        """``{job_id: FabricRate}`` of `flows` (see module doc)."""
+        cfg, fabric = self.cfg, self.fabric
+        per_switch = self.switch_rates(flows)
+        first: dict[int, tuple[float, str]] = {}
+        for f in flows:
+            t, bound = 0.0, ""
+            for s in f.switches:
+                if per_switch[s][f.job_id].t_comm_s > t:
+                    t, bound = per_switch[s][f.job_id].t_comm_s, f"switch {s}"
+            if f.ps_partials > 0:
+                ps = _ps_stream_s(cfg, _frags(cfg, f.grad_bytes), f.ps_partials, f.workers)
+                if ps > t:
+                    t, bound = ps, "ps"
+            first[f.job_id] = (t, bound)
+        duty = {f.job_id: first[f.job_id][0] / (first[f.job_id][0] + f.iter_time_s)
+                if first[f.job_id][0] + f.iter_time_s > 0 else 0.0 for f in flows}  # fmt: skip
+        crossing: dict[str, list[int]] = {}
+        for f in flows:
+            for tor in self._crossed(f):
+                crossing.setdefault(tor, []).append(f.job_id)
+        load = {tor: sum(duty[j] for j in ids) for tor, ids in crossing.items()}
+        out = {}
+        for f in flows:
+            t, bound = first[f.job_id]
+            for tor in self._crossed(f):
+                up = _uplink_s(
+                    cfg, fabric, tor, _frags(cfg, f.grad_bytes), 1 + load[tor] - duty[f.job_id]
+                )
+                if up > t:
+                    t, bound = up, f"uplink {tor}"
+            rates = {s: per_switch[s][f.job_id] for s in f.switches}
+            # At one switch its own share, as `scheduler.simulator` counts it (bit for bit).
+            lost = (
+                sum(r.bypass + r.evict for r in rates.values())
+                if len(rates) == 1
+                else 1 - math.prod(1 - r.bypass - r.evict for r in rates.values())
+            )
+            out[f.job_id] = FabricRate(
+                t_comm_s=t,
+                bound=bound,
+                lost=lost,
+                at_ps=1.0 if f.ps_partials > 0 else lost,
+                evict=sum(r.evict for r in rates.values()),
+                caused=sum(r.caused for r in rates.values()),
+                duty=t / (t + f.iter_time_s) if t + f.iter_time_s > 0 else 0.0,
+                per_switch=rates,
+            )
+        return out
+
+    def _crossed(self, flow: FabricFlow) -> list[str]:
+        """The ToRs whose uplink `flow` uses: all of its ToRs when it aggregates above them
+        or sends partial sums to its PS, none otherwise."""
+        above = any(self.fabric.switch(s).rack is None for s in flow.switches)
+        if not above and flow.ps_partials == 0:
+            return []
+        return [tor for tor, _ in flow.racks]
+
+
+def exclusive_comm_s(
+    cfg: SimConfig, fabric: Fabric, racks: Sequence[tuple[str, int]], grad_bytes: int,
+    iter_time_s: float,
+) -> float:  # fmt: skip
+    """Allreduce seconds per iteration with exclusive INA at every switch of the job's tree:
+    at each switch the job alone in a private partition of its window (``static`` alone,
+    `comm_rates`, with that switch's fan-in and stretched round trip), each ToR uplink its
+    own; the slowest of them."""
+    static = make_policy(PolicySpec("static"))
+    tree = fabric.tree_of(tor for tor, _ in racks)
+    t = 0.0
+    for s in tree:
+        flow = FlowJob(0, fan_in(fabric, racks, s), grad_bytes, iter_time_s)
+        t = max(t, comm_rates(switch_config(cfg, fabric, s), static, [flow])[0].t_comm_s)
+    if len(tree) > 1:
+        for tor, _ in racks:
+            t = max(t, _uplink_s(cfg, fabric, tor, _frags(cfg, grad_bytes), 1.0))
+    return t
+
+
+def no_ina_comm_s(
+    cfg: SimConfig, fabric: Fabric, racks: Sequence[tuple[str, int]], grad_bytes: int
+) -> float:
+    """Allreduce seconds per iteration with no INA: every worker's fragment goes to the job's
+    own PS process, which adds all n (`_ps_stream_s` with n packets per fragment), each rack's
+    n_r workers sending over their ToR's uplink (the PS is outside the rack)."""
+    frags = _frags(cfg, grad_bytes)
+    n = sum(k for _, k in racks)
+    t = _ps_stream_s(cfg, frags, n, n)
+    for tor, k in racks:
+        t = max(t, _uplink_s(cfg, fabric, tor, frags * k, 1.0))
+    return t

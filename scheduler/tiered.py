@@ -1,0 +1,183 @@
+"""Fabric policies: at which switches of its tree each job aggregates, and at which level.
+
+Each switch's memory is scheduled by a switch policy (``static``, ``atp``, ``esa`` and the
+ablations, `scheduler.registry`), one `Scheduler` per switch. A `FabricPolicy` sits above them:
+pure, a `FabricSnapshot` in (the jobs holding memory, where their servers are, the fabric),
+one `AggregateAt` per job out: the switches it aggregates at, how many partial sums per
+fragment its PS adds up (0: the fabric completes the sum), and optionally one fabric-wide
+priority level that every switch of the job uses instead of its own ranking. `PerSwitch` is
+today's policies in a fabric: every job on its whole tree, each switch ranking its own jobs.
+
+``tiered`` (inasched's own) runs esa on every switch and adds two ideas, each of which an
+ablation switches off alone (as ``esa-norelease``/``esa-nopreempt`` do for esa):
+
+- spill (off in ``tiered-nospill``): an inner switch (the spine) is offered to the cross-rack
+  jobs in rank order until what the jobs above hold there on average (a window of
+  aggregators while they communicate: `window` x `FabricJobView.duty` each) fills its pool;
+  a job below that line, whose partial sums esa would keep evicting there for the jobs
+  above it (each eviction costing its PS a partial sum and a round trip, each collision a
+  possible split), aggregates at its ToRs only, and each ToR sends its rack's partial sum
+  to the job's PS, which sees a fan-in of its racks, not its workers (ATP's per-rack
+  aggregation);
+- one rank (off in ``tiered-local``): one level per job, from the ranking of every job in the
+  fabric, used at every switch of its tree, so a job does not win at its ToR and lose at the
+  spine to the same rival.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar
+
+from scheduler.fabric import Fabric
+from scheduler.policy import PolicyParams
+from scheduler.priority import get_priority, levels
+from scheduler.snapshot import JobView
+
+__all__ = [
+    "AggregateAt",
+    "FabricJobView",
+    "FabricPolicy",
+    "FabricSnapshot",
+    "PerSwitch",
+    "TieredLocalPolicy",
+    "TieredNoSpillPolicy",
+    "TieredPolicy",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class FabricJobView:
+    """A job holding memory in the fabric: its fabric-wide `view` (workers = its servers, one
+    INA worker each), its servers per ToR (`racks`, fabric order), its whole `tree`
+    (`Fabric.tree_of`) and `duty`, the share of its time it communicates, as measured so far
+    (1 before it is known: the most it can be)."""
+
+    view: JobView
+    racks: tuple[tuple[str, int], ...]
+    tree: tuple[str, ...]
+    duty: float = 1.0
+
+    @property
+    def job_id(self) -> int:
+        return self.view.job_id
+
+    @property
+    def cross_rack(self) -> bool:
+        return len(self.racks) > 1
+
+
+@dataclass(frozen=True, slots=True)
+class FabricSnapshot:
+    """The jobs holding memory in `fabric`, and the window each worker keeps in flight."""
+
+    fabric: Fabric
+    jobs: tuple[FabricJobView, ...]
+    window: int
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateAt:
+    """Job `job_id` aggregates at `switches`; its PS adds `ps_partials` partial sums per
+    fragment (0: the top of `switches` completes the sum); `level`, when set, is its priority
+    level at every one of them (None: each switch's own policy sets it)."""
+
+    job_id: int
+    switches: tuple[str, ...]
+    ps_partials: int = 0
+    level: int | None = None
+
+
+class FabricPolicy(ABC):
+    """Base of the fabric policies: the switch policy each switch runs (`switch_policy`, a
+    `scheduler.registry` name), and `aggregate`, pure (no clock, no I/O). `spec` gives the
+    priority function, levels and aging (its ``policy`` is not read)."""
+
+    name: ClassVar[str]
+    switch_policy: str = "esa"
+
+    def __init__(self, spec: PolicyParams) -> None:
+        self.spec = spec
+        self.priority_key = get_priority(spec.priority)
+
+    @abstractmethod
+    def aggregate(self, snapshot: FabricSnapshot) -> tuple[AggregateAt, ...]:
+        """One `AggregateAt` per job of `snapshot`, in its order."""
+
+
+class PerSwitch(FabricPolicy):
+    """Switch policy `switch_policy` in a fabric: every job on its whole tree, each switch's
+    own levels."""
+
+    name: ClassVar[str] = "per-switch"
+
+    def __init__(self, spec: PolicyParams, switch_policy: str) -> None:
+        super().__init__(spec)
+        self.switch_policy = switch_policy
+
+    def aggregate(self, snapshot: FabricSnapshot) -> tuple[AggregateAt, ...]:
+        return tuple(AggregateAt(j.job_id, j.tree) for j in snapshot.jobs)
+
+
+class TieredPolicy(FabricPolicy):
+    """esa per switch, plus spill below the spine's memory line and one fabric-wide rank."""
+
+    name: ClassVar[str] = "tiered"
+    spill: ClassVar[bool] = True
+    one_rank: ClassVar[bool] = True
+
+    def aggregate(self, snapshot: FabricSnapshot) -> tuple[AggregateAt, ...]:
+        jobs = snapshot.jobs
+        ranked = levels(
+            [j.view for j in jobs], self.priority_key, self.spec.levels, self.spec.aging_s
+        )
+        spilled = self._spilled(snapshot, ranked) if self.spill else set()
+        out = []
+        for job in jobs:
+            level = ranked[job.job_id] if self.one_rank else None
+            if job.job_id in spilled:
+                tors = tuple(tor for tor, _ in job.racks)
+                out.append(AggregateAt(job.job_id, tors, len(tors), level))
+            else:
+                out.append(AggregateAt(job.job_id, job.tree, 0, level))
+        return tuple(out)
+
+    def _spilled(self, snapshot: FabricSnapshot, ranked: Mapping[int, int]) -> set[int]:
+        """The cross-rack jobs below the memory line of some inner switch of their tree:
+        walking its jobs best level first (then by rank key, arrival, id), each holds its
+        window there while it communicates, its duty cycle of the time; a job finding the
+        pool filled by those above it is below the line."""
+        fabric, window = snapshot.fabric, snapshot.window
+        order = sorted(
+            snapshot.jobs,
+            key=lambda j: (-ranked[j.job_id], self.priority_key(j.view), j.view.arrival_s,
+                           j.job_id),
+        )  # fmt: skip
+        used: dict[str, float] = {}
+        out: set[int] = set()
+        for job in order:
+            inner = [s for s in job.tree if fabric.switch(s).rack is None]
+            if not inner:
+                continue
+            if all(used.get(s, 0.0) < fabric.switch(s).aggregators for s in inner):
+                for s in inner:
+                    used[s] = used.get(s, 0.0) + window * job.duty
+            else:
+                out.add(job.job_id)
+        return out
+
+
+class TieredNoSpillPolicy(TieredPolicy):
+    """``tiered`` without spill: every job on its whole tree, one fabric-wide rank."""
+
+    name: ClassVar[str] = "tiered-nospill"
+    spill: ClassVar[bool] = False
+
+
+class TieredLocalPolicy(TieredPolicy):
+    """``tiered`` without the one rank: spill, and each switch ranks its own jobs (esa)."""
+
+    name: ClassVar[str] = "tiered-local"
+    one_rank: ClassVar[bool] = False
