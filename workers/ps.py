@@ -98,6 +98,7 @@ class _Job:
     switch: tuple[str, int]
     window: int
     policy: Policy | None
+    children: frozenset[tuple[str, int]] = frozenset()
     lanes: int | None = None
     ledger: JobLedger | None = None
     last_active: float = field(default_factory=time.monotonic)
@@ -226,30 +227,39 @@ class ParameterServer:
         window: int | None = None,
         policy: Policy | str | None = None,
         fresh: bool = False,
+        children: tuple[tuple[str, int], ...] = (),
     ) -> None:
         """Serve job `job_id` (switch job id) with `fan_in` workers; idempotent.
 
-        `switch` is the switch's data address (only its packets are accepted, and results go
-        there); `window` the workers' W; `policy` the job's policy. `fresh`: a new job takes the
-        id, so whatever is kept under it goes, even when its removal never reached this PS.
+        `switch` is the data address of the job's switch, or of the root (spine) of its tree:
+        its packets are accepted and results go there, down through every level. `children`
+        are the data addresses of the other switches of a two-level job's tree (its ToRs),
+        whose packets are accepted too (``p4/PROTOCOL.md`` 7.2). `window` the workers' W;
+        `policy` the job's policy. `fresh`: a new job takes the id, so whatever is kept under
+        it goes, even when its removal never reached this PS.
         """
         if not 0 <= job_id < MAX_JOBS or not 1 <= fan_in <= MAX_WORKERS:
             raise ValueError(f"job {job_id} with fan_in {fan_in} is out of range")
         if not 0 < switch[1] < 65536:
             raise ValueError(f"switch port {switch[1]} is out of range")
+        for child in children:
+            if not 0 < child[1] < 65536:
+                raise ValueError(f"switch port {child[1]} is out of range")
         pol = Policy.parse(policy) if isinstance(policy, str) else policy
         addr = (socket.gethostbyname(switch[0]), switch[1])
+        below = frozenset((socket.gethostbyname(host), port) for host, port in children)
         with self._lock:
             kept = self._jobs.get(job_id)
-            same = kept is not None and (kept.fan_in, kept.switch, kept.window, kept.policy) == (
-                fan_in,
-                addr,
-                window or DEFAULT_WINDOW,
-                pol,
-            )
+            same = kept is not None and (
+                kept.fan_in,
+                kept.switch,
+                kept.window,
+                kept.policy,
+                kept.children,
+            ) == (fan_in, addr, window or DEFAULT_WINDOW, pol, below)
             if same and not fresh:
                 return  # registered again by a new term: what it holds for the job stays
-            self._jobs[job_id] = _Job(fan_in, addr, window or DEFAULT_WINDOW, pol)
+            self._jobs[job_id] = _Job(fan_in, addr, window or DEFAULT_WINDOW, pol, below)
 
     def remove_job(self, job_id: int) -> None:
         """Forget job `job_id` and everything kept for it; idempotent."""
@@ -360,7 +370,7 @@ class ParameterServer:
         job = self._jobs.get(pkt.job)
         if job is None:
             return self._drop("unknown_job")
-        if addr != job.switch:
+        if addr != job.switch and addr not in job.children:
             return self._drop("foreign_source")
         if pkt.fan_in != job.fan_in:
             return self._drop("bad_fan_in")

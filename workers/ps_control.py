@@ -141,6 +141,7 @@ class PsControlServer:
                 window=_int(body, "window") if body.get("window") is not None else None,
                 policy=policy,
                 fresh=body.get("fresh") is True,
+                children=_addresses(body.get("children", [])),
             )
             return {}
         if op == "remove":
@@ -158,6 +159,15 @@ class PsControlServer:
                 }
             }
         raise ValueError(f"unknown op {op!r}: expected register, remove or counters")
+
+
+def _addresses(value: Any) -> tuple[tuple[str, int], ...]:
+    """A list of ``[HOST, PORT]`` pairs (the switches below a two-level job's root)."""
+    if not isinstance(value, list) or not all(
+        isinstance(a, list) and len(a) == 2 and isinstance(a[1], int) for a in value
+    ):
+        raise ValueError("children: expected a list of [HOST, PORT]")
+    return tuple((str(host), port) for host, port in value)
 
 
 def _int(body: dict[str, Any], name: str) -> int:
@@ -185,6 +195,7 @@ class RemotePs:
         window: int | None = None,
         policy: Policy | str | None = None,
         fresh: bool = False,
+        children: tuple[tuple[str, int], ...] = (),
     ) -> None:
         if switch is None:
             raise ValueError("a PS elsewhere needs the switch's data address")
@@ -197,6 +208,7 @@ class RemotePs:
             window=window,
             policy=name,
             fresh=fresh,
+            children=[[host, port] for host, port in children],
         )
 
     def remove_job(self, job_id: int) -> None:

@@ -27,8 +27,10 @@ from p4ctl.engine import pack_address, unpack_address
 from p4ctl.protocol import (
     HEADER_SIZE,
     MAX_JOBS,
+    PS_WORKER_ID,
     DropReason,
     Flag,
+    Kind,
     MalformedPacket,
     Packet,
     decode,
@@ -89,6 +91,8 @@ class _SwitchState:
         self.drop_packets, self.drop_bytes = drop_counters
         self.drop_rate = drop_rate
         self._loss = random.Random(seed)
+        # The data address of this switch's parent in a fabric (p4/PROTOCOL.md 7.7), or None.
+        self.parent: Address | None = None
 
     def handle(self, data: bytes, source: Address) -> list[tuple[bytes, Address]]:
         """One packet pass; returns the datagrams that leave, each with its UDP destination."""
@@ -215,7 +219,7 @@ class RulePipeline(_SwitchState):
         if cfg is None:
             self._drop(DropReason.UNKNOWN_JOB, size, None)
             return []
-        sender_port = self.sources.get((job, pkt.worker, source[0], source[1]))
+        sender_port = self.sources.get((job, _source_worker(pkt, cfg), source[0], source[1]))
         reason = source_check(sender_port, self._ingress_port(source, sender_port))
         if reason is not None or sender_port is None:
             self._drop(reason or DropReason.UNREGISTERED_SOURCE, size, job)
@@ -282,6 +286,15 @@ class RulePipeline(_SwitchState):
         if job is not None:
             self.job_packets["job_dropped"][job] += 1
             self.job_bytes["job_dropped"][job] += size
+
+
+def _source_worker(pkt: Packet, cfg: JobConfig) -> int:
+    """The worker id a packet's source is looked up under: a RESULT at a switch whose job has
+    a parent comes from the parent, registered as worker 255 (p4/PROTOCOL.md 7.2); every other
+    packet under its header's worker."""
+    if pkt.kind == Kind.RESULT and cfg.up_port is not None:
+        return PS_WORKER_ID
+    return pkt.worker
 
 
 def _wire(

@@ -109,6 +109,7 @@ class Kind(enum.IntEnum):
     RESULT = 1  # switch -> workers: the sum, completed in the switch
     TO_PS = 2  # switch -> PS: a bypassed, evicted, flushed or completed (partial) sum
     PS_RESULT = 3  # PS -> switch -> workers: the sum, completed at the PS
+    UP = 4  # switch -> parent switch: a sum (or one worker's fragment) standing for its bitmap
 
 
 class Flag(enum.IntFlag):

@@ -13,6 +13,10 @@ mirrors it and differential tests hold the two byte for byte; the P4 program is 
 - ``esa`` (ESA): as ``atp``, plus a higher-priority job takes over a partial aggregator (the
   evicted sum leaves for its own PS in the same pass) and a complete aggregator is reusable at
   once. ``p4/PROTOCOL.md`` has the full tables.
+- Two levels (``p4/PROTOCOL.md`` section 7): a job's entry with a parent (`JobConfig.up_port`)
+  sends a sum complete at this switch (bitmap = `JobConfig.local_mask`) up as kind UP, and the
+  first sends it cannot aggregate too; resends still go to the PS; a RESULT from the parent
+  is multicast down. A switch without a parent takes UP packets as contributions.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ __all__ = [
     "check",
     "hashed_index",
     "is_power_of_two",
+    "own_index",
     "process",
     "source_check",
     "static_index",
@@ -63,7 +68,9 @@ class JobConfig:
     each, so aggregators ``part_base .. part_base + 2 * part_size - 1``. `part_size` is a power
     of two (`static_index`); the other policies ignore both. `priority` is the job's level,
     set by the scheduler only (a MODIFY of the entry): esa preempts a partial sum claimed at a
-    lower level; higher wins.
+    lower level; higher wins. Two levels (``p4/PROTOCOL.md`` section 7): `up_port` is the switch
+    port toward the parent (None: complete sums go down, one level); `local_mask` the workers
+    below this switch (0: all the job's), whose sum is complete here.
     """
 
     job_id: int
@@ -74,6 +81,13 @@ class JobConfig:
     mcast_group: int = 0
     ps_port: int = 0
     priority: int = 0
+    up_port: int | None = None
+    local_mask: int = 0
+
+    @property
+    def complete_mask(self) -> int:
+        """The bitmap of a sum complete at this switch."""
+        return self.local_mask or (1 << self.fan_in) - 1
 
 
 # One register or counter array: a list where the rule runs in Python (the simulator's switch),
@@ -187,6 +201,8 @@ class Outcome(enum.Enum):
     FLUSHED = "flushed"
     PS_RESULT = "ps_result"
     STALE = "stale"
+    PARENT_RESULT = "parent_result"
+    RESEND_UP = "resend_up"
 
 
 JOB_COUNTERS = (
@@ -213,6 +229,8 @@ COUNTERS: dict[Outcome, tuple[str, ...]] = {
     Outcome.FLUSHED: ("job_resent",),
     Outcome.PS_RESULT: (),
     Outcome.STALE: ("job_dropped",),
+    Outcome.PARENT_RESULT: (),
+    Outcome.RESEND_UP: ("job_resent",),
 }
 
 
@@ -233,6 +251,7 @@ _GRADIENT = Kind.GRADIENT
 _PS_RESULT = Kind.PS_RESULT
 _TO_PS = Kind.TO_PS
 _RESULT = Kind.RESULT
+_UP = Kind.UP
 _STATIC = Policy.STATIC
 _ESA = Policy.ESA
 _FREE = AggState.FREE
@@ -339,6 +358,14 @@ def check(pkt: Packet, cfg: JobConfig | None, aggregators: int) -> DropReason | 
         if pkt.worker != PS_WORKER_ID:
             return DropReason.BAD_WORKER
         return None if pkt.agg_index < aggregators else DropReason.BAD_AGG_INDEX
+    if kind == _UP:
+        if pkt.worker != PS_WORKER_ID or pkt.fan_in != cfg.fan_in:
+            return DropReason.BAD_WORKER
+        if pkt.bitmap == 0 or pkt.bitmap & ~cfg.complete_mask:
+            return DropReason.BAD_BITMAP
+        return _own_index_check(pkt, cfg, aggregators)
+    if kind == _RESULT and cfg.up_port is not None:
+        return _own_index_check(pkt, cfg, aggregators)
     if kind != _GRADIENT:
         return DropReason.BAD_KIND
     worker = pkt.worker
@@ -359,6 +386,23 @@ def check(pkt: Packet, cfg: JobConfig | None, aggregators: int) -> DropReason | 
     return None
 
 
+def _own_index_check(pkt: Packet, cfg: JobConfig, aggregators: int) -> DropReason | None:
+    """A packet from another switch (UP, or a RESULT from the parent): a static switch uses
+    its own slot for the sequence (`own_index`), a shared pool the packet's index."""
+    if cfg.policy == _STATIC and not is_power_of_two(cfg.part_size):
+        return DropReason.BAD_AGG_INDEX
+    return None if own_index(cfg, pkt) < aggregators else DropReason.BAD_AGG_INDEX
+
+
+def own_index(cfg: JobConfig, pkt: Packet) -> int:
+    """The aggregator a checked packet works on at this switch: a static job's slot of the
+    sequence in this switch's partition (an UP or a RESULT from the parent carries another
+    switch's), else the packet's index (the same hashed index at every level)."""
+    if cfg.policy == _STATIC and pkt.kind != _GRADIENT:
+        return static_index(cfg, pkt.seq)[0]
+    return pkt.agg_index
+
+
 # ---------------------------------------------------------------------------- the rule
 
 
@@ -371,8 +415,11 @@ def process(
     switch port of the sender, where a static retransmission gets its result back.
     """
     cfg = configs[pkt.job]
-    if pkt.kind == _PS_RESULT:
+    kind = pkt.kind
+    if kind == _PS_RESULT:
         return _ps_result(regs, cfg, pkt)
+    if kind == _RESULT:
+        return _parent_result(regs, cfg, pkt)
     if cfg.policy == _STATIC:
         return _static(regs, cfg, pkt, sender_port)
     return _shared(regs, cfg, pkt, configs)
@@ -384,14 +431,28 @@ def _to_ps(cfg: JobConfig, pkt: Packet, flags: int) -> ToPort:
     return ToPort(cfg.ps_port, out)
 
 
+def _up(cfg: JobConfig, pkt: Packet, flags: int) -> ToPort:
+    """`pkt` on its way to the parent switch as kind UP, with `flags` (int bits) added."""
+    out = pkt.replace(kind=_UP, worker=PS_WORKER_ID, flags=flag_of(int(pkt.flags) | flags))
+    assert cfg.up_port is not None
+    return ToPort(cfg.up_port, out)
+
+
+def _bypass(cfg: JobConfig, pkt: Packet, flags: int) -> ToPort:
+    """A first send this switch cannot aggregate: up to the parent, where the other racks'
+    sums wait (PROTOCOL.md 7.4), or to the PS at a switch without one."""
+    return _to_ps(cfg, pkt, flags) if cfg.up_port is None else _up(cfg, pkt, flags)
+
+
 def _held(
     regs: Registers, i: int, job: int, seq: int, flags: Flag, fan_in: int, kind: Kind = _TO_PS
 ) -> Packet:
-    """The packet carrying aggregator `i`'s sum (partial or complete)."""
+    """The packet carrying aggregator `i`'s sum (partial or complete); an UP's sender is a
+    switch (worker 255)."""
     return Packet(
         kind=kind,
         job=job,
-        worker=0,
+        worker=PS_WORKER_ID if kind == _UP else 0,
         fan_in=fan_in,
         agg_index=i,
         seq=seq,
@@ -432,14 +493,19 @@ def _is_side(regs: Registers, i: int, pkt: Packet) -> bool:
 
 
 def _on_partial(
-    regs: Registers, cfg: JobConfig, pkt: Packet, completed: Verdict, flushed_state: AggState
+    regs: Registers,
+    cfg: JobConfig,
+    pkt: Packet,
+    i: int,
+    completed: Verdict,
+    flushed_state: AggState,
 ) -> Verdict:
-    """A contribution to the aggregator that holds a partial sum of its own (job, seq).
+    """A contribution to aggregator `i`, which holds a partial sum of its own (job, seq).
 
     Shared by all policies; `completed` is what completion emits, `flushed_state` what a
-    flushed aggregator becomes (FREE in atp/esa, FLUSHED for a static slot).
+    flushed aggregator becomes (FREE in atp/esa, FLUSHED for a static slot). An UP may carry
+    several workers: any of them already held makes it a duplicate (PROTOCOL.md 7.6).
     """
-    i = pkt.agg_index
     resend = bool(int(pkt.flags) & _RESEND)
     if regs.agg_bitmap[i] & pkt.bitmap:
         if not resend:
@@ -452,13 +518,14 @@ def _on_partial(
     # atp/esa: a RESEND must not join a sum either, for the same reason it never claims: its
     # first send may already be at the PS inside an evicted or flushed sum.
     if _is_side(regs, i, pkt) or (resend and flushed_state == _FREE):
-        side = _to_ps(cfg, pkt, _BYPASSED)
         if not resend:
-            return Verdict(Outcome.RAW_BYPASS, (side,))
+            return Verdict(Outcome.RAW_BYPASS, (_bypass(cfg, pkt, _BYPASSED),))
+        side = _to_ps(cfg, pkt, _BYPASSED)
         held = ToPort(cfg.ps_port, _held(regs, i, pkt.job, pkt.seq, _HELD_FLUSHED, cfg.fan_in))
         _set_flushed(regs, i, flushed_state)
         return Verdict(Outcome.FLUSHED, (side, held))
-    if _add(regs, i, pkt) < cfg.fan_in:
+    _add(regs, i, pkt)
+    if regs.agg_bitmap[i] != cfg.complete_mask:
         return _AGGREGATED
     regs.agg_state[i] = _COMPLETE
     return completed
@@ -475,28 +542,39 @@ def _result(regs: Registers, i: int, pkt: Packet, cfg: JobConfig) -> Packet:
     return _held(regs, i, pkt.job, pkt.seq, _HELD_COMPLETE, cfg.fan_in, _RESULT)
 
 
+def _static_complete(regs: Registers, i: int, pkt: Packet, cfg: JobConfig) -> Verdict:
+    """A static slot just completed: the result to the workers, or the local sum up."""
+    if cfg.up_port is not None:
+        up = _held(regs, i, pkt.job, pkt.seq, _HELD_COMPLETE, cfg.fan_in, _UP)
+        return Verdict(Outcome.COMPLETED, (ToPort(cfg.up_port, up),))
+    return Verdict(Outcome.COMPLETED, (ToGroup(cfg.mcast_group, _result(regs, i, pkt, cfg)),))
+
+
 def _static(regs: Registers, cfg: JobConfig, pkt: Packet, sender_port: int) -> Verdict:
-    i = pkt.agg_index
+    i = own_index(cfg, pkt)
     state = regs.agg_state[i]
     held_seq = regs.agg_seq[i]
     if state != _FREE and pkt.seq < held_seq:
         return _STALE
     if state == _FREE or pkt.seq > held_seq:
         if int(pkt.flags) & _RAW_FLOAT:
-            return Verdict(Outcome.RAW_BYPASS, (_to_ps(cfg, pkt, _BYPASSED),))
+            return Verdict(Outcome.RAW_BYPASS, (_bypass(cfg, pkt, _BYPASSED),))
         _claim(regs, i, pkt, 0)
-        if cfg.fan_in > 1:
+        if pkt.bitmap != cfg.complete_mask:
             return _CLAIMED
         regs.agg_state[i] = _COMPLETE
-        return Verdict(Outcome.COMPLETED, (ToGroup(cfg.mcast_group, _result(regs, i, pkt, cfg)),))
+        return _static_complete(regs, i, pkt, cfg)
     if state == _PARTIAL:
         # Build the result lazily: only the packet that completes the slot pays for it.
-        verdict = _on_partial(regs, cfg, pkt, _COMPLETED, _FLUSHED)
+        verdict = _on_partial(regs, cfg, pkt, i, _COMPLETED, _FLUSHED)
         if verdict is _COMPLETED:
-            result = ToGroup(cfg.mcast_group, _result(regs, i, pkt, cfg))
-            return Verdict(Outcome.COMPLETED, (result,))
+            return _static_complete(regs, i, pkt, cfg)
         return verdict
     if state == _COMPLETE:
+        if cfg.up_port is not None and regs.agg_bitmap[i] != (1 << cfg.fan_in) - 1:
+            # The local sum went up and the result has not come down: ask the parent, which
+            # holds it (SwitchML's switch-held result, one level up).
+            return Verdict(Outcome.RESEND_UP, (_up(cfg, pkt, 0),))
         return Verdict(Outcome.RESULT_RESENT, (ToPort(sender_port, _result(regs, i, pkt, cfg)),))
     # FLUSHED: the PS is finishing this sequence; it also answers retransmissions.
     return Verdict(Outcome.RESEND_TO_PS, (_to_ps(cfg, pkt, _BYPASSED),))
@@ -510,7 +588,7 @@ def _shared(
     mine = state != _FREE and regs.agg_job[i] == pkt.job and regs.agg_seq[i] == pkt.seq
     esa = cfg.policy == _ESA
     if mine and state == _PARTIAL:
-        verdict = _on_partial(regs, cfg, pkt, _COMPLETED, _FREE)
+        verdict = _on_partial(regs, cfg, pkt, i, _COMPLETED, _FREE)
         if verdict is _COMPLETED:
             return _complete_shared(regs, cfg, pkt, esa)
         return verdict
@@ -522,31 +600,48 @@ def _shared(
         # A retransmission never claims: its sequence may already be (partly) at the PS.
         return Verdict(Outcome.RESEND_TO_PS, (_to_ps(cfg, pkt, _BYPASSED),))
     if flags & _RAW_FLOAT:
-        return Verdict(Outcome.RAW_BYPASS, (_to_ps(cfg, pkt, _BYPASSED),))
+        return Verdict(Outcome.RAW_BYPASS, (_bypass(cfg, pkt, _BYPASSED),))
     priority = cfg.priority
     if state == _FREE or (esa and state == _COMPLETE):
         _claim(regs, i, pkt, priority)
-        if cfg.fan_in == 1:
+        if pkt.bitmap == cfg.complete_mask:
             regs.agg_state[i] = _COMPLETE
             return _complete_shared(regs, cfg, pkt, esa)
         return _CLAIMED
     if esa and state == _PARTIAL and priority > regs.agg_priority[i]:
         holder = configs.get(regs.agg_job[i])
         evicted_job = regs.agg_job[i]
-        fan_in = holder.fan_in if holder else 0
-        evicted = _held(regs, i, evicted_job, regs.agg_seq[i], _HELD_EVICTED, fan_in)
+        outputs: tuple[Output, ...] = ()
+        if holder is not None:
+            # The evicted partial goes where the holder's first sends go when they cannot be
+            # aggregated here: up to its parent, else to its PS.
+            up = holder.up_port
+            evicted = _held(
+                regs,
+                i,
+                evicted_job,
+                regs.agg_seq[i],
+                _HELD_EVICTED,
+                holder.fan_in,
+                _TO_PS if up is None else _UP,
+            )
+            outputs = (ToPort(holder.ps_port if up is None else up, evicted),)
         _claim(regs, i, pkt, priority)
-        outputs: tuple[Output, ...] = (ToPort(holder.ps_port, evicted),) if holder else ()
-        if cfg.fan_in == 1:
+        if pkt.bitmap == cfg.complete_mask:
             regs.agg_state[i] = _COMPLETE
             done = _complete_shared(regs, cfg, pkt, esa)
             return Verdict(Outcome.PREEMPTED, outputs + done.outputs, evicted_job)
         return Verdict(Outcome.PREEMPTED, outputs, evicted_job)
-    return Verdict(Outcome.COLLISION, (_to_ps(cfg, pkt, _BYPASSED_COLLISION),))
+    return Verdict(Outcome.COLLISION, (_bypass(cfg, pkt, _BYPASSED_COLLISION),))
 
 
 def _complete_shared(regs: Registers, cfg: JobConfig, pkt: Packet, esa: bool) -> Verdict:
     i = pkt.agg_index
+    if cfg.up_port is not None:
+        # Complete at this switch only: the sum goes up (atp: the aggregator waits for the
+        # PS_RESULT; esa: reusable at once, a lost UP is recovered by the workers' resends).
+        up = _held(regs, i, pkt.job, pkt.seq, _HELD_COMPLETE, cfg.fan_in, _UP)
+        return Verdict(Outcome.COMPLETED, (ToPort(cfg.up_port, up),))
     to_ps = ToPort(cfg.ps_port, _held(regs, i, pkt.job, pkt.seq, _HELD_COMPLETE, cfg.fan_in))
     if not esa:
         return Verdict(Outcome.COMPLETED, (to_ps,))
@@ -567,3 +662,20 @@ def _ps_result(regs: Registers, cfg: JobConfig, pkt: Packet) -> Verdict:
         # holds for it (the complete copy, or a partial of late first sends) is garbage.
         regs.free(i)
     return Verdict(Outcome.PS_RESULT, (ToGroup(cfg.mcast_group, pkt),))
+
+
+def _parent_result(regs: Registers, cfg: JobConfig, pkt: Packet) -> Verdict:
+    """A RESULT the parent sent down (checked: the job has a parent): atp/esa free the
+    aggregator if it still holds (job, seq); a static slot of (job, seq) keeps the result, so
+    that it answers its workers' resends itself; then down to the workers."""
+    i = own_index(cfg, pkt)
+    if regs.agg_state[i] != _FREE and regs.agg_job[i] == pkt.job and regs.agg_seq[i] == pkt.seq:
+        if cfg.policy != _STATIC:
+            regs.free(i)
+        else:
+            regs.agg_state[i] = _COMPLETE
+            regs.agg_bitmap[i] = pkt.bitmap
+            regs.agg_exponent[i] = pkt.exponent
+            if regs.k:
+                regs.agg_lanes[i] = pkt.lanes
+    return Verdict(Outcome.PARENT_RESULT, (ToGroup(cfg.mcast_group, pkt),))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import socket
 import threading
 from concurrent import futures
 from types import TracebackType
@@ -58,7 +59,8 @@ class SoftSwitch:
     """A software switch serving `aggregators` aggregators of `lanes` lanes.
 
     `start` binds both sockets (port 0: ephemeral) and starts the data plane thread and the
-    gRPC server; `stop` ends them and closes every socket. Also a context manager.
+    gRPC server; `stop` ends them and closes every socket. Also a context manager. `parent`
+    is the data address of the switch above this one in a fabric (p4/PROTOCOL.md 7.7).
     """
 
     def __init__(
@@ -76,6 +78,7 @@ class SoftSwitch:
         needs_device_config: bool = False,
         thrift: Address | None = None,
         serve_counters: bool = True,
+        parent: Address | None = None,
     ) -> None:
         if lanes not in SUPPORTED_LANES:
             raise ValueError(f"lanes must be one of {SUPPORTED_LANES}, got {lanes}")
@@ -91,6 +94,10 @@ class SoftSwitch:
                 f"{MAX_LANE_CELLS // lanes} aggregators at {lanes} lanes"
             )
         self.pipeline = Pipeline(aggregators, lanes, drop_rate=drop_rate, seed=seed)
+        if parent is not None:
+            # A fabric's child (ToR): jobs whose worker table names the parent go up to it
+            # (p4/PROTOCOL.md 7.7). Resolved once, as the worker table holds dotted addresses.
+            self.pipeline.parent = (socket.gethostbyname(parent[0]), parent[1])
         self.gso = gso
         self._data_bind = data
         self._p4rt_bind = p4runtime

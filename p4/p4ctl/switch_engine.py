@@ -7,7 +7,7 @@ entries up in (`Table`, `TableArrays`): a P4Runtime write is seen by the next pa
 read returns what the packets did. The pass runs with the GIL held, so it sees one version of
 the tables for a whole burst.
 
-- job table: ``(max_jobs, 8)`` rows of `JOB_COLUMNS` (``valid`` 0 for no entry; the priority
+- job table: ``(max_jobs, 10)`` rows of `JOB_COLUMNS` (``valid`` 0 for no entry; the priority
   is a column, as it is a parameter of the P4 program's ``job_table`` entry);
 - worker table: ``(n, 2)`` sorted keys ``(job << 8 | worker, packed source address)`` and the
   sender's switch port per key (binary search);
@@ -48,6 +48,8 @@ JOB_COLUMNS = (
     "mcast_group",
     "ps_port",
     "priority",
+    "up_port",  # -1: no parent (p4/PROTOCOL.md section 7)
+    "local_mask",
 )
 # Datagrams one `EnginePass.process` call may emit before the caller must send them.
 OUT_ROWS = 4096
@@ -135,6 +137,8 @@ class TableArrays:
                     cfg.mcast_group,
                     cfg.ps_port,
                     cfg.priority,
+                    -1 if cfg.up_port is None else cfg.up_port,
+                    cfg.local_mask,
                 )
         keyed = sorted(
             ((job << 8 | worker, host << 16 | udp), port)

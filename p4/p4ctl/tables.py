@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from google.rpc import code_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2 as p4rt
 
 from p4ctl.pipeline import Pipeline
-from p4ctl.protocol import MAX_WORKERS, Policy
+from p4ctl.protocol import MAX_WORKERS, PS_WORKER_ID, Policy
 from p4ctl.replication import Replication
 from p4ctl.rule import JOB_COUNTERS, Cells, JobConfig, Registers, is_power_of_two
 from p4ctl.values import EntityError, decode_value, encode_value
@@ -67,6 +67,8 @@ class Entities:
             tid: {} for tid in self._tables
         }
         self._replication = Replication(pipeline)
+        # Each job's entry as `set_job` wrote it; the data plane's may add its fabric fields.
+        self._set_jobs: dict[int, JobConfig] = {}
 
     # ------------------------------------------------------------------ write
 
@@ -156,8 +158,10 @@ class Entities:
         if table == "job_table":
             (job,) = key
             if name == "set_job":
-                pipe.jobs[job] = self._job_config(job, v)
+                self._set_jobs[job] = self._job_config(job, v)
+                self._place(job)
             else:
+                self._set_jobs.pop(job, None)
                 pipe.jobs.pop(job, None)
         elif table == "worker_table":
             job, worker, addr, udp_port = key
@@ -166,12 +170,37 @@ class Entities:
                 pipe.sources[source] = v["port"]
             else:
                 pipe.sources.pop(source, None)
+            if job in self._set_jobs:
+                self._place(job)
         elif table == "port_table":
             (port,) = key
             if name == "set_endpoint":
                 pipe.endpoints[port] = (_ipv4(v["addr"]), v["udp_port"])
             else:
                 pipe.endpoints.pop(port, None)
+
+    def _place(self, job: int) -> None:
+        """The data plane's entry of `job`: its `set_job`, placed in a fabric.
+
+        This P4Info's `set_job` has no `up_port`/`local_mask` (p4/PROTOCOL.md 7.7): on a switch
+        started with a parent, a job whose worker table holds the parent's address as worker
+        255 goes up out of that entry's port, and its local workers are the ids below `fan_in`
+        the worker table holds. Any other job is a one-level job.
+        """
+        cfg = self._set_jobs[job]
+        parent = self.pipeline.parent
+        up_port, local = None, 0
+        for (j, worker, host, udp_port), port in list(self.pipeline.sources.items()):
+            if j != job:
+                continue
+            if worker < cfg.fan_in:
+                local |= 1 << worker
+            elif worker == PS_WORKER_ID and (host, udp_port) == parent:
+                up_port = port
+        if up_port is not None:
+            cfg = replace(cfg, up_port=up_port, local_mask=local)
+        if self.pipeline.jobs.get(job) != cfg:
+            self.pipeline.jobs[job] = cfg
 
     def _job_config(self, job: int, v: dict[str, int]) -> JobConfig:
         if v["policy"] not in {int(p) for p in Policy}:

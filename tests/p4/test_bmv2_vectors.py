@@ -44,6 +44,10 @@ if _missing or os.geteuid() != 0:
 @pytest.mark.parametrize("path", VECTORS, ids=[p.stem for p in VECTORS])
 def test_vector_on_bmv2(path: Path, tmp_path: Path) -> None:
     vector = json.loads(path.read_text())
+    if vector.get("not_in_p4"):
+        # p4/PROTOCOL.md section 7 (two levels) is in the rule and the engine; the P4 program
+        # follows, and with it this file's replay on BMv2.
+        pytest.skip(f"{path.name}: not in the P4 program yet (not_in_p4)")
     k = vector["lanes"]
     if k != SIZING["LANES"]:
         pytest.skip(f"vector sized for {k} lanes, this build has {SIZING['LANES']}")

@@ -413,6 +413,14 @@ def test_every_sizing_constant_says_why() -> None:
             assert above.startswith("//"), f"no comment above {line!r}"
 
 
+# Two levels (p4/PROTOCOL.md section 7) are in the rule and the engine; the P4 program follows
+# (p4/vectors/two_level.json is marked not_in_p4 for the same reason). Empty this set then.
+# Kept by (enum, name): Kind.UP == Flag.EVICTED == 4 as ints.
+NOT_IN_P4_YET = frozenset(
+    (type(m), m.name) for m in (Kind.UP, Outcome.PARENT_RESULT, Outcome.RESEND_UP)
+)
+
+
 @pytest.mark.parametrize(
     ("prefix", "enum"),
     [
@@ -428,13 +436,17 @@ def test_protocol_constants_equal_the_python_enums(source: str, prefix: str, enu
         name.removeprefix(prefix): int(value, 0)
         for name, value in re.findall(rf"const\s+bit<\d+>\s+({prefix}\w+)\s*=\s*(\w+)\s*;", source)
     }
-    expected = {member.name: int(member) for member in enum if member.name != "NONE"}
+    expected = {
+        member.name: int(member)
+        for member in enum
+        if member.name != "NONE" and (enum, member.name) not in NOT_IN_P4_YET
+    }
     assert declared == expected
 
 
 def test_outcome_constants_name_every_rule_outcome(source: str) -> None:
     declared = set(re.findall(r"const\s+bit<\d+>\s+OUTCOME_(\w+)\s*=", source))
-    assert declared == {outcome.name for outcome in Outcome}
+    assert declared == {o.name for o in Outcome if (Outcome, o.name) not in NOT_IN_P4_YET}
 
 
 def test_version_and_ps_worker_id_are_the_protocols(source: str) -> None:

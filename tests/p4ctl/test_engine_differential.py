@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from p4ctl.pipeline import Pipeline, RulePipeline
-from p4ctl.protocol import PS_WORKER_ID, Flag, Kind, Packet, Policy, encode
+from p4ctl.protocol import PS_WORKER_ID, Flag, Kind, Packet, Policy, decode, encode
 from p4ctl.rule import JobConfig, Registers, hashed_index, static_index
 
-from .vectors import all_vectors, datagram, flooded, ingress_port, sender
+from .vectors import all_vectors, datagram, flooded, ingress_port, sender, sender_port
 
 HOST = "127.0.0.1"
 # UDP source ports of flooded copies (``FLOOD_PORT + port``) and of mis-wired senders.
@@ -79,6 +79,14 @@ def test_engine_replays_each_vector_as_the_python_pipeline(vector: Any) -> None:
     pipes = pair(vector.aggregators, vector.lanes)
     ports = dict(vector.workers)
     install(pipes, vector.jobs, ports)
+    for pipe in pipes:
+        # Two levels: a job's parent and children are switches, registered as worker 255.
+        for job, switch_ports in vector.switches.items():
+            for port in switch_ports:
+                pipe.sources[(job, PS_WORKER_ID, HOST, port)] = port
+                pipe.endpoints[port] = (HOST, port)
+        for group, members in vector.groups.items():
+            pipe.groups[group] = members
     for step in vector.steps:
         if "set_priority" in step:
             change = step["set_priority"]
@@ -89,13 +97,14 @@ def test_engine_replays_each_vector_as_the_python_pipeline(vector: Any) -> None:
                 )
             continue
         origin = sender(step)
-        source = (HOST, ports[origin]) if origin is not None else (HOST, 1)
+        own = sender_port(vector, step)
+        source = (HOST, own) if own is not None else (HOST, 1)
         if flooded(vector, step):
             # UDP has no ports: a flooded copy comes from an address registered for its sender
             # at the sender's port, whose endpoint it is not.
             source = (HOST, FLOOD_PORT + ingress_port(vector, step))
             for pipe in pipes:
-                pipe.sources[(*origin, *source)] = ports[origin]
+                pipe.sources[(*origin, *source)] = own
         same_pass(*pipes, datagram(vector, step), source)
 
 
@@ -235,3 +244,77 @@ def test_a_burst_emits_what_single_passes_emit_in_order() -> None:
         ]
     assert got == want
     assert_same(registers(engine.registers), registers(python.registers))
+
+
+# ------------------------------------------------------------------------ two levels
+
+PARENT_PORT, CHILD_PORTS = 950, (960, 961)
+
+
+def _two_level_jobs(policy: Policy) -> dict[int, JobConfig]:
+    """Job 1 as a ToR sees it (worker 0 below it, a parent above); job 2 as a spine sees it
+    (two children sending UP packets); job 3 one level."""
+    jobs = _jobs(policy)
+    jobs[1] = replace(jobs[1], up_port=PARENT_PORT, local_mask=0b01)
+    return jobs
+
+
+def _install_two_level(pipes: tuple[RulePipeline, Pipeline], jobs: dict[int, JobConfig]) -> None:
+    install(pipes, jobs, _ports(jobs))
+    for pipe in pipes:
+        # The parent of job 1 and the children of job 2 are switches: worker 255 of the job.
+        pipe.sources[(1, PS_WORKER_ID, HOST, PARENT_PORT)] = PARENT_PORT
+        pipe.endpoints[PARENT_PORT] = (HOST, PARENT_PORT)
+        for port in CHILD_PORTS:
+            pipe.sources[(2, PS_WORKER_ID, HOST, port)] = port
+            pipe.endpoints[port] = (HOST, port)
+        pipe.groups[jobs[2].mcast_group] = CHILD_PORTS
+
+
+two_level_step = step.flatmap(
+    lambda s: st.fixed_dictionaries(
+        {
+            "two": st.sampled_from(["gradient", "gradient", "up", "result", "up_bad"]),
+            "bitmap": st.integers(0, 9),
+            "child": st.integers(0, 1),
+        }
+    ).map(lambda extra: {**s, **extra})
+)
+
+
+@pytest.mark.parametrize("policy", list(Policy), ids=lambda p: p.name.lower())
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(two_level_step, min_size=1, max_size=60))
+def test_engine_agrees_with_the_rule_at_two_levels(
+    policy: Policy, steps: list[dict[str, Any]]
+) -> None:
+    # UP packets (several workers, worker 255, from a child), RESULTs from the parent, local
+    # completion that sends up, and the one-level cases around them.
+    jobs = _two_level_jobs(policy)
+    pipes = pair(AGGREGATORS, LANES)
+    _install_two_level(pipes, jobs)
+    for s in steps:
+        cfg = jobs[s["job"]]
+        if s["what"] == "priority":
+            for pipe in pipes:
+                pipe.jobs[cfg.job_id] = replace(pipe.jobs[cfg.job_id], priority=s["level"])
+            continue
+        data, port = _datagram(cfg, s)
+        if s["two"] in ("up", "up_bad"):
+            # up_bad: an UP that names a worker, not a switch (BAD_WORKER).
+            worker = PS_WORKER_ID if s["two"] == "up" else s["worker"] % 3
+            pkt = _two_level_packet(jobs[2], s).replace(kind=Kind.UP, worker=worker)
+            data, port = encode(pkt), CHILD_PORTS[s["child"]]
+        elif s["two"] == "result":
+            pkt = _two_level_packet(jobs[1], s).replace(kind=Kind.RESULT, flags=Flag.COMPLETE)
+            data, port = encode(pkt), PARENT_PORT
+        same_pass(*pipes, data, (HOST, port))
+
+
+def _two_level_packet(cfg: JobConfig, s: dict[str, Any]) -> Packet:
+    """A packet of another switch for job `cfg`: bitmap any of the job's subsets (or not)."""
+    pkt = decode(_datagram(cfg, s)[0])
+    bitmap = s["bitmap"] % (1 << cfg.fan_in) if s["bitmap"] < 8 else s["bitmap"]
+    lanes = np.zeros(LANES, np.int32)
+    lanes[:2] = s["lanes"]
+    return pkt.replace(bitmap=bitmap, lanes=lanes, flags=pkt.flags & ~Flag.RAW_FLOAT)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,11 @@ class Vector:
     jobs: dict[int, JobConfig]  # with each job's priority, a parameter of its entry
     workers: dict[tuple[int, int], int]  # (job, worker) -> switch port; the PS is worker 255
     steps: list[dict[str, Any]]
+    # Two levels: the ports of the switches registered as worker 255 of a job (its parent, its
+    # children), and a job's multicast ports when they are not its workers' (a spine's ToRs).
+    switches: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    groups: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    not_in_p4: bool = False
 
 
 def with_priority(vector: Vector, change: dict[str, int]) -> Vector:
@@ -35,7 +40,7 @@ def with_priority(vector: Vector, change: dict[str, int]) -> Vector:
 
 def load(path: Path) -> Vector:
     raw = json.loads(path.read_text())
-    jobs, workers = {}, {}
+    jobs, workers, switches, groups = {}, {}, {}, {}
     for j in raw["jobs"]:
         job = j["job"]
         jobs[job] = JobConfig(
@@ -47,11 +52,27 @@ def load(path: Path) -> Vector:
             j["mcast_group"],
             j["ps_port"],
             j.get("priority", 0),
+            j.get("up_port"),
+            j.get("local_mask", 0),
         )
         workers[(job, PS_WORKER_ID)] = j["ps_port"]
         for worker, port in j["workers"].items():
             workers[(job, int(worker))] = port
-    return Vector(raw["name"], raw["aggregators"], raw["lanes"], jobs, workers, raw["steps"])
+        if "switches" in j:
+            switches[job] = tuple(j["switches"])
+        if "group" in j:
+            groups[j["mcast_group"]] = tuple(j["group"])
+    return Vector(
+        raw["name"],
+        raw["aggregators"],
+        raw["lanes"],
+        jobs,
+        workers,
+        raw["steps"],
+        switches,
+        groups,
+        raw.get("not_in_p4", False),
+    )
 
 
 def all_vectors() -> list[Vector]:
@@ -63,22 +84,30 @@ def sender(step: dict[str, Any]) -> tuple[int, int] | None:
     text = step["send"]["from"]
     if text == "stranger":
         return None
-    job, worker = text.split("/")
-    return int(job), PS_WORKER_ID if worker == "ps" else int(worker)
+    job, worker = text.split("/")[:2]
+    return int(job), PS_WORKER_ID if worker in ("ps", "switch") else int(worker)
+
+
+def sender_port(vector: Vector, step: dict[str, Any]) -> int | None:
+    """The port of the sender's worker table entry: ``J/switch/P`` is a switch of job J's
+    fabric (its parent or a child) at port P, registered as worker 255; None: a stranger."""
+    text = step["send"]["from"]
+    if text.startswith(f"{text.split('/')[0]}/switch/"):
+        return int(text.split("/")[2])
+    origin = sender(step)
+    return vector.workers.get(origin) if origin is not None else None
 
 
 def ingress_port(vector: Vector, step: dict[str, Any]) -> int | None:
     """The switch port a step's packet enters on: its ``port``, else the sender's own (None:
     a stranger, which enters on no port of the vector)."""
-    origin = sender(step)
-    own = vector.workers.get(origin) if origin is not None else None
-    return step["send"].get("port", own)
+    return step["send"].get("port", sender_port(vector, step))
 
 
 def flooded(vector: Vector, step: dict[str, Any]) -> bool:
     """Whether a step's packet enters on a port other than its sender's (a flooded copy)."""
     origin = sender(step)
-    return origin is not None and ingress_port(vector, step) != vector.workers[origin]
+    return origin is not None and ingress_port(vector, step) != sender_port(vector, step)
 
 
 def _flags(names: list[str]) -> Flag:

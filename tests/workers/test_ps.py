@@ -181,3 +181,38 @@ def test_remove_job_forgets_it(ps: ParameterServer, switch_sock: socket.socket) 
     wait_for(ps, 1)
     ps.remove_job(2)
     assert 2 not in ps.counters().jobs
+
+
+def test_a_two_level_job_is_finished_from_its_tors_and_its_spine_and_answered_at_the_spine(
+    ps: ParameterServer, switch_sock: socket.socket
+) -> None:
+    # p4/PROTOCOL.md 7.2: results go to the root (the spine); the ToRs' packets count too.
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tor,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as stranger,
+    ):
+        tor.bind(("127.0.0.1", 0))
+        ps.register_job(
+            4, 4, switch=switch_sock.getsockname(), policy=Policy.ESA, children=(tor.getsockname(),)
+        )
+
+        def part(seq: int, bitmap: int, **kw: object) -> bytes:
+            lanes = np.full(LANES, bitmap, np.int32)
+            return encode(Packet(Kind.TO_PS, 4, 0, 4, 5, seq, bitmap=bitmap, lanes=lanes, **kw))  # type: ignore[arg-type]
+
+        # A rack's partial sum evicted at the spine, the other rack's workers' resends from
+        # their ToR (one of them also flushed inside a sum), and a stranger's forgery.
+        stranger.sendto(part(0, 0b0100, flags=Flag.BYPASSED), ps.address)
+        switch_sock.sendto(part(0, 0b0011, flags=Flag.EVICTED), ps.address)
+        tor.sendto(part(0, 0b0100, flags=Flag.BYPASSED | Flag.RESEND), ps.address)
+        tor.sendto(part(0, 0b1100, flags=Flag.FLUSHED), ps.address)
+        tor.sendto(part(0, 0b1000, flags=Flag.BYPASSED | Flag.RESEND), ps.address)
+        result = decode(switch_sock.recv(2048))
+        assert (result.kind, result.bitmap) == (Kind.PS_RESULT, 0b1111)
+        np.testing.assert_array_equal(result.lanes, np.full(LANES, 0b1111))  # each rack once
+        # A resend that reaches the PS from a ToR is answered, down from the spine.
+        tor.sendto(part(0, 0b0001, flags=Flag.BYPASSED | Flag.RESEND), ps.address)
+        again = decode(switch_sock.recv(2048))
+        np.testing.assert_array_equal(again.lanes, result.lanes)
+        wait_for(ps, 6)
+        assert ps.counters().drops == {"foreign_source": 1}

@@ -16,9 +16,10 @@ Py_ssize_t engine_send_burst(int fd, const uint8_t *buf, Py_ssize_t stride,
                              Py_ssize_t n, int *gso);
 
 /* Columns of one job table row (`p4ctl.switch_engine.JOB_COLUMNS`); the job's priority is a
- * column, as it is a parameter of the P4 program's job_table entry. */
+ * column, as it is a parameter of the P4 program's job_table entry. JOB_UP_PORT is -1 for a
+ * job without a parent (p4/PROTOCOL.md section 7). */
 enum { JOB_VALID, JOB_POLICY, JOB_FAN_IN, JOB_PART_BASE, JOB_PART_SIZE, JOB_MCAST, JOB_PS_PORT,
-       JOB_PRIORITY, JOB_COLUMNS };
+       JOB_PRIORITY, JOB_UP_PORT, JOB_LOCAL_MASK, JOB_COLUMNS };
 
 /* The switch's registers, tables and counters: views of numpy arrays owned by
  * `p4ctl.pipeline.Pipeline`, so the P4Runtime server reads and writes the same cells. */

@@ -15,7 +15,7 @@
 #define VERSION 1
 #define PS_WORKER_ID 255
 
-enum { GRADIENT, RESULT, TO_PS, PS_RESULT };                 /* protocol.Kind */
+enum { GRADIENT, RESULT, TO_PS, PS_RESULT, UP };             /* protocol.Kind */
 enum { STATIC, ATP, ESA };                                   /* protocol.Policy */
 enum { FREE, PARTIAL, COMPLETE, FLUSHED_STATE };             /* protocol.AggState */
 enum { RESEND = 0x01, BYPASSED = 0x02, EVICTED = 0x04, COMPLETE_FLAG = 0x08,
@@ -26,7 +26,8 @@ enum { BAD_LENGTH, BAD_VERSION, BAD_KIND, BAD_LANES, UNKNOWN_JOB, BAD_WORKER, BA
 enum { AGGREGATED_C, BYPASSED_C, PREEMPTED_C, EVICTED_C, RESENT_C, DROPPED_C };
 /* rule.Outcome, with the counters rule.COUNTERS gives each. */
 enum { CLAIMED, AGGREGATED, COMPLETED, DUPLICATE, COLLIDED, RAW_BYPASS, PREEMPTED,
-       RESULT_RESENT, RESEND_TO_PS, FLUSHED, PS_RESULT_OUT, STALE_OUT };
+       RESULT_RESENT, RESEND_TO_PS, FLUSHED, PS_RESULT_OUT, STALE_OUT, PARENT_RESULT,
+       RESEND_UP };
 static const int COUNTERS[][3] = {
     [CLAIMED] = {AGGREGATED_C, -1},          [AGGREGATED] = {AGGREGATED_C, -1},
     [COMPLETED] = {AGGREGATED_C, -1},        [DUPLICATE] = {RESENT_C, -1},
@@ -34,7 +35,8 @@ static const int COUNTERS[][3] = {
     [PREEMPTED] = {AGGREGATED_C, PREEMPTED_C, -1},
     [RESULT_RESENT] = {RESENT_C, -1},        [RESEND_TO_PS] = {RESENT_C, -1},
     [FLUSHED] = {RESENT_C, -1},              [PS_RESULT_OUT] = {-1},
-    [STALE_OUT] = {DROPPED_C, -1},
+    [STALE_OUT] = {DROPPED_C, -1},           [PARENT_RESULT] = {-1},
+    [RESEND_UP] = {RESENT_C, -1},
 };
 
 /* A decoded header (protocol.Packet without its lanes, which stay in the datagram). */
@@ -46,15 +48,17 @@ typedef struct {
 } Packet;
 
 typedef struct {
-    int64_t valid, policy, fan_in, part_base, part_size, mcast_group, ps_port, priority;
+    int64_t valid, policy, fan_in, part_base, part_size, mcast_group, ps_port, priority, up_port,
+        local_mask;
 } JobConfig;
 
-/* One pass: the state, the packet, and where its outputs go. */
+/* One pass: the state, the packet, its aggregator (rule.own_index), where its outputs go. */
 typedef struct {
     SwitchState *s;
     const Packet *pkt;
     JobConfig cfg;
     int64_t sender_port;
+    Py_ssize_t i;
     Emitted *out;
 } Pass;
 
@@ -95,7 +99,24 @@ lookup_job(SwitchState *s, int job, JobConfig *cfg)
     cfg->mcast_group = row[JOB_MCAST];
     cfg->ps_port = row[JOB_PS_PORT];
     cfg->priority = row[JOB_PRIORITY];
+    cfg->up_port = row[JOB_UP_PORT];
+    cfg->local_mask = row[JOB_LOCAL_MASK];
     return cfg->valid != 0;
+}
+
+/* JobConfig.complete_mask: the bitmap of a sum complete at this switch. */
+static uint32_t
+complete_mask(const JobConfig *cfg)
+{
+    if (cfg->local_mask)
+        return (uint32_t)cfg->local_mask;
+    return cfg->fan_in >= 32 ? 0xFFFFFFFFu : ((uint32_t)1 << cfg->fan_in) - 1;
+}
+
+static int
+has_parent(const JobConfig *cfg)
+{
+    return cfg->up_port >= 0;
 }
 
 /* Binary search of a sorted key column; returns the index or -1. */
@@ -187,6 +208,33 @@ to_ps(Pass *p, int flags)
         memcpy(out->rows + before * out->stride, wire, HEADER_SIZE);
 }
 
+/* rule._up: the received packet as kind UP, worker 255, with `flags` added, out of the job's
+ * up_port. */
+static void
+up(Pass *p, int flags)
+{
+    uint8_t wire[HEADER_SIZE];
+    memcpy(wire, p->pkt->data, HEADER_SIZE);
+    wire[1] = UP;
+    put16(wire + 2, (uint32_t)(p->pkt->flags | flags));
+    wire[6] = PS_WORKER_ID;
+    Emitted *out = p->out;
+    Py_ssize_t before = out->count;
+    emit(p, p->pkt->data, p->pkt->size, p->cfg.up_port);
+    if (out->count > before)
+        memcpy(out->rows + before * out->stride, wire, HEADER_SIZE);
+}
+
+/* rule._bypass: a first send this switch cannot aggregate, up to the parent or to the PS. */
+static void
+bypass(Pass *p, int flags)
+{
+    if (has_parent(&p->cfg))
+        up(p, flags);
+    else
+        to_ps(p, flags);
+}
+
 /* rule._held: the datagram of aggregator i's sum (partial or complete), into `wire`. */
 static Py_ssize_t
 held(SwitchState *s, Py_ssize_t i, int job, uint32_t seq, int flags, int fan_in, int kind,
@@ -196,7 +244,7 @@ held(SwitchState *s, Py_ssize_t i, int job, uint32_t seq, int flags, int fan_in,
     wire[1] = (uint8_t)kind;
     put16(wire + 2, (uint32_t)flags);
     put16(wire + 4, (uint32_t)job);
-    wire[6] = 0;
+    wire[6] = kind == UP ? PS_WORKER_ID : 0;
     wire[7] = (uint8_t)fan_in;
     put32(wire + 8, (uint32_t)i);
     put32(wire + 12, seq);
@@ -284,7 +332,7 @@ on_partial(Pass *p, int flushed_state)
 {
     SwitchState *s = p->s;
     const Packet *pkt = p->pkt;
-    Py_ssize_t i = pkt->agg_index;
+    Py_ssize_t i = p->i;
     int resend = pkt->flags & RESEND;
     if (s->agg_bitmap[i] & pkt->bitmap) {
         if (!resend)
@@ -294,14 +342,17 @@ on_partial(Pass *p, int flushed_state)
         return FLUSHED;
     }
     if (is_side(s, i, pkt) || (resend && flushed_state == FREE)) {
-        to_ps(p, BYPASSED);
-        if (!resend)
+        if (!resend) {
+            bypass(p, BYPASSED);
             return RAW_BYPASS;
+        }
+        to_ps(p, BYPASSED);
         held_to_ps(p, i, FLUSHED_FLAG);
         set_flushed(s, i, flushed_state);
         return FLUSHED;
     }
-    if (add(s, i, pkt) < p->cfg.fan_in)
+    add(s, i, pkt);
+    if ((uint32_t)s->agg_bitmap[i] != complete_mask(&p->cfg))
         return AGGREGATED;
     s->agg_state[i] = COMPLETE;
     return COMPLETED;
@@ -317,36 +368,55 @@ result_to_group(Pass *p, Py_ssize_t i)
     emit_group(p, wire, n, p->cfg.mcast_group);
 }
 
+/* rule._static_complete: the result to the workers, or the local sum up. */
+static void
+static_complete(Pass *p, Py_ssize_t i)
+{
+    if (!has_parent(&p->cfg)) {
+        result_to_group(p, i);
+        return;
+    }
+    WIRE(p->s);
+    Py_ssize_t n = held(p->s, i, p->pkt->job, p->pkt->seq, COMPLETE_FLAG, (int)p->cfg.fan_in, UP,
+                        wire);
+    emit(p, wire, n, p->cfg.up_port);
+}
+
 /* rule._static */
 static int
 static_rule(Pass *p)
 {
     SwitchState *s = p->s;
     const Packet *pkt = p->pkt;
-    Py_ssize_t i = pkt->agg_index;
+    Py_ssize_t i = p->i;
     int64_t state = s->agg_state[i];
     int64_t held_seq = s->agg_seq[i];
     if (state != FREE && pkt->seq < held_seq)
         return STALE_OUT;
     if (state == FREE || pkt->seq > held_seq) {
         if (pkt->flags & RAW_FLOAT) {
-            to_ps(p, BYPASSED);
+            bypass(p, BYPASSED);
             return RAW_BYPASS;
         }
         claim(s, i, pkt, 0);
-        if (p->cfg.fan_in > 1)
+        if (pkt->bitmap != complete_mask(&p->cfg))
             return CLAIMED;
         s->agg_state[i] = COMPLETE;
-        result_to_group(p, i);
+        static_complete(p, i);
         return COMPLETED;
     }
     if (state == PARTIAL) {
         int outcome = on_partial(p, FLUSHED_STATE);
         if (outcome == COMPLETED)
-            result_to_group(p, i);
+            static_complete(p, i);
         return outcome;
     }
     if (state == COMPLETE) {
+        uint32_t full = p->cfg.fan_in >= 32 ? 0xFFFFFFFFu : ((uint32_t)1 << p->cfg.fan_in) - 1;
+        if (has_parent(&p->cfg) && (uint32_t)s->agg_bitmap[i] != full) {
+            up(p, 0);
+            return RESEND_UP;
+        }
         WIRE(s);
         Py_ssize_t n = held(s, i, pkt->job, pkt->seq, COMPLETE_FLAG, (int)p->cfg.fan_in, RESULT,
                             wire);
@@ -357,13 +427,20 @@ static_rule(Pass *p)
     return RESEND_TO_PS;
 }
 
-/* rule._complete_shared: atp sends the complete sum to the PS; esa also multicasts it. */
+/* rule._complete_shared: atp sends the complete sum to the PS; esa also multicasts it; with a
+ * parent the sum goes up instead. */
 static void
 complete_shared(Pass *p, int esa)
 {
     WIRE(p->s);
-    Py_ssize_t i = p->pkt->agg_index;
-    Py_ssize_t n = held(p->s, i, p->pkt->job, p->pkt->seq, COMPLETE_FLAG, (int)p->cfg.fan_in,
+    Py_ssize_t i = p->i;
+    Py_ssize_t n;
+    if (has_parent(&p->cfg)) {
+        n = held(p->s, i, p->pkt->job, p->pkt->seq, COMPLETE_FLAG, (int)p->cfg.fan_in, UP, wire);
+        emit(p, wire, n, p->cfg.up_port);
+        return;
+    }
+    n = held(p->s, i, p->pkt->job, p->pkt->seq, COMPLETE_FLAG, (int)p->cfg.fan_in,
                         TO_PS, wire);
     if (esa) {
         wire[1] = RESULT;
@@ -379,7 +456,7 @@ shared_rule(Pass *p, int *evicted_job)
 {
     SwitchState *s = p->s;
     const Packet *pkt = p->pkt;
-    Py_ssize_t i = pkt->agg_index;
+    Py_ssize_t i = p->i;
     int64_t state = s->agg_state[i];
     int mine = state != FREE && s->agg_job[i] == pkt->job && s->agg_seq[i] == pkt->seq;
     int esa = p->cfg.policy == ESA;
@@ -394,13 +471,13 @@ shared_rule(Pass *p, int *evicted_job)
         return RESEND_TO_PS;
     }
     if (pkt->flags & RAW_FLOAT) {
-        to_ps(p, BYPASSED);
+        bypass(p, BYPASSED);
         return RAW_BYPASS;
     }
     int64_t priority = p->cfg.priority;
     if (state == FREE || (esa && state == COMPLETE)) {
         claim(s, i, pkt, priority);
-        if (p->cfg.fan_in == 1) {
+        if (pkt->bitmap == complete_mask(&p->cfg)) {
             s->agg_state[i] = COMPLETE;
             complete_shared(p, esa);
             return COMPLETED;
@@ -412,20 +489,22 @@ shared_rule(Pass *p, int *evicted_job)
         int holder_job = (int)s->agg_job[i];
         int known = lookup_job(s, holder_job, &holder);
         if (known) {
+            /* Where the holder's unaggregatable first sends go: its parent, else its PS. */
+            int upward = has_parent(&holder);
             WIRE(s);
             Py_ssize_t n = held(s, i, holder_job, (uint32_t)s->agg_seq[i], EVICTED,
-                                (int)holder.fan_in, TO_PS, wire);
-            emit(p, wire, n, holder.ps_port);
+                                (int)holder.fan_in, upward ? UP : TO_PS, wire);
+            emit(p, wire, n, upward ? holder.up_port : holder.ps_port);
         }
         *evicted_job = holder_job;
         claim(s, i, pkt, priority);
-        if (p->cfg.fan_in == 1) {
+        if (pkt->bitmap == complete_mask(&p->cfg)) {
             s->agg_state[i] = COMPLETE;
             complete_shared(p, esa);
         }
         return PREEMPTED;
     }
-    to_ps(p, BYPASSED | COLLISION);
+    bypass(p, BYPASSED | COLLISION);
     return COLLIDED;
 }
 
@@ -443,6 +522,52 @@ ps_result(Pass *p)
     return PS_RESULT_OUT;
 }
 
+/* rule._parent_result: atp/esa free the aggregator of (job, seq); a static slot of (job, seq)
+ * keeps the result; then down to the workers. */
+static int
+parent_result(Pass *p)
+{
+    SwitchState *s = p->s;
+    const Packet *pkt = p->pkt;
+    Py_ssize_t i = p->i;
+    if (s->agg_state[i] != FREE && s->agg_job[i] == pkt->job && s->agg_seq[i] == pkt->seq) {
+        if (p->cfg.policy != STATIC) {
+            free_aggregator(s, i);
+        } else {
+            s->agg_state[i] = COMPLETE;
+            s->agg_bitmap[i] = pkt->bitmap;
+            s->agg_exponent[i] = pkt->exponent;
+            int32_t *lanes = s->agg_lanes + i * s->k;
+            for (Py_ssize_t l = 0; l < s->k; l++)
+                lanes[l] = (int32_t)get32(pkt->data + HEADER_SIZE + 4 * l);
+        }
+    }
+    emit_group(p, pkt->data, pkt->size, p->cfg.mcast_group);
+    return PARENT_RESULT;
+}
+
+/* rule.own_index: a static slot of the sequence for a packet from another switch, else the
+ * packet's index; -1 when a static partition has no valid slot. */
+static int64_t
+own_index(const Packet *pkt, const JobConfig *cfg)
+{
+    if (cfg->policy != STATIC || pkt->kind == GRADIENT)
+        return pkt->agg_index;
+    int64_t size = cfg->part_size;
+    if (size <= 0 || (size & (size - 1)) != 0)
+        return -1;
+    int64_t shadow = (pkt->seq & size) ? 1 : 0;
+    return cfg->part_base + shadow * size + (pkt->seq & (size - 1));
+}
+
+/* rule._own_index_check */
+static int
+own_index_check(SwitchState *s, const Packet *pkt, const JobConfig *cfg)
+{
+    int64_t i = own_index(pkt, cfg);
+    return i >= 0 && i < s->aggregators ? NO_DROP : BAD_AGG_INDEX;
+}
+
 /* rule.check: the drop reason of a packet with a job table entry, or NO_DROP. */
 static int
 check(SwitchState *s, const Packet *pkt, const JobConfig *cfg)
@@ -452,6 +577,15 @@ check(SwitchState *s, const Packet *pkt, const JobConfig *cfg)
             return BAD_WORKER;
         return pkt->agg_index < (uint64_t)s->aggregators ? NO_DROP : BAD_AGG_INDEX;
     }
+    if (pkt->kind == UP) {
+        if (pkt->worker != PS_WORKER_ID || pkt->fan_in != cfg->fan_in)
+            return BAD_WORKER;
+        if (pkt->bitmap == 0 || (pkt->bitmap & ~complete_mask(cfg)) != 0)
+            return BAD_BITMAP;
+        return own_index_check(s, pkt, cfg);
+    }
+    if (pkt->kind == RESULT && has_parent(cfg))
+        return own_index_check(s, pkt, cfg);
     if (pkt->kind != GRADIENT)
         return BAD_KIND;
     if (pkt->worker >= cfg->fan_in || pkt->fan_in != cfg->fan_in)
@@ -497,7 +631,7 @@ engine_handle(SwitchState *s, const uint8_t *data, int64_t size, int64_t source,
         drop(s, BAD_LENGTH, size, -1);
         return;
     }
-    if (pkt.kind > PS_RESULT) {
+    if (pkt.kind > UP) {
         drop(s, BAD_KIND, size, -1);
         return;
     }
@@ -509,7 +643,9 @@ engine_handle(SwitchState *s, const uint8_t *data, int64_t size, int64_t source,
     /* rule.source_check, with Pipeline._ingress_port: a datagram enters on the port whose
      * endpoint is its source, so it entered on its entry's port exactly when that port's
      * endpoint is the source. */
-    p.sender_port = lookup_source(s, pkt.job, pkt.worker, source);
+    /* pipeline._source_worker: a RESULT from the parent is registered as worker 255. */
+    int who = pkt.kind == RESULT && has_parent(&p.cfg) ? PS_WORKER_ID : pkt.worker;
+    p.sender_port = lookup_source(s, pkt.job, who, source);
     if (p.sender_port < 0) {
         drop(s, UNREGISTERED_SOURCE, size, pkt.job);
         return;
@@ -525,8 +661,11 @@ engine_handle(SwitchState *s, const uint8_t *data, int64_t size, int64_t source,
         return;
     }
     int evicted_job = -1, outcome;
+    p.i = (Py_ssize_t)own_index(&pkt, &p.cfg);
     if (pkt.kind == PS_RESULT)
         outcome = ps_result(&p);
+    else if (pkt.kind == RESULT)
+        outcome = parent_result(&p);
     else if (p.cfg.policy == STATIC)
         outcome = static_rule(&p);
     else

@@ -1,0 +1,277 @@
+"""Two levels over real UDP (p4/PROTOCOL.md section 7): two soft switches as ToRs under a
+third as spine, each programmed over its own P4Runtime server, 2 x 2 workers of a cross-rack
+job, and the PS. Every switch drops 1% of what it receives (worker -> ToR, ToR -> spine,
+spine -> ToR, PS -> spine); every sum stays within the quantisation bound of the exact sum.
+
+The P4Info's `set_job` has no two-level fields yet: each ToR is started with its parent and
+derives them from its tables (PROTOCOL.md 7.7), so what is written here is 7.2's table.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+from p4.v1 import p4runtime_pb2 as p4rt
+from p4ctl.client import set_job_params
+from p4ctl.client_codec import P4Names, addr_int
+from p4ctl.p4info import Sizing, build_p4info
+from p4ctl.protocol import PS_WORKER_ID, DropReason, Policy
+from p4ctl.rule import JobConfig
+from p4ctl.softswitch import SoftSwitch
+from p4runtime_sh.p4runtime import P4RuntimeClient
+
+from workers.client import AllreduceClient, ClientOptions
+from workers.ps import ParameterServer
+from workers.quant import DEFAULT_EXPONENT, error_bound, next_exponents
+from workers.rendezvous import parse_join
+
+LANES = 64
+WINDOW = 16
+PART = 16  # a static job's slots per switch: its window
+SIZE = 3000
+ROUNDS = 6  # about 1,700 fragments per switch: a dozen or more losses on each
+LOSS = 0.01
+Address = tuple[str, int]
+
+
+@dataclass
+class Programmed:
+    """One soft switch and the P4Runtime entries written to it, by endpoint."""
+
+    switch: SoftSwitch
+    names: P4Names
+    shell: P4RuntimeClient
+    ports: dict[Address, int] = field(default_factory=dict)
+
+    def port(self, address: Address) -> int:
+        if address not in self.ports:
+            self.ports[address] = len(self.ports) + 1
+            self.write([self._endpoint(address)])
+        return self.ports[address]
+
+    def _endpoint(self, address: Address) -> p4rt.Entity:
+        params = {"addr": addr_int(address[0]), "udp_port": address[1]}
+        return self.names.table_entry(
+            "port_table", {"egress_port": self.ports[address]}, "set_endpoint", params
+        )
+
+    def source(self, job: int, worker: int, address: Address) -> None:
+        match = {"job": job, "worker": worker, "src_addr": addr_int(address[0])}
+        match["src_port"] = address[1]
+        port = self.port(address)
+        self.write([self.names.table_entry("worker_table", match, "allow_source", {"port": port})])
+
+    def job(self, cfg: JobConfig, members: list[Address]) -> None:
+        entity = p4rt.Entity()
+        group = entity.packet_replication_engine_entry.multicast_group_entry
+        group.multicast_group_id = cfg.mcast_group
+        for address in members:
+            group.replicas.add(egress_port=self.port(address))
+        job = {"job": cfg.job_id}
+        self.write(
+            [entity, self.names.table_entry("job_table", job, "set_job", set_job_params(cfg))]
+        )
+
+    def write(self, entities: list[p4rt.Entity]) -> None:
+        request = p4rt.WriteRequest(device_id=0)
+        request.election_id.low = 1
+        for entity in entities:
+            request.updates.add(type=p4rt.Update.INSERT, entity=entity)
+        self.shell.write(request)
+
+
+def _programmed(switch: SoftSwitch) -> Programmed:
+    info = build_p4info(Sizing(switch.aggregators, switch.lanes))
+    shell = P4RuntimeClient(0, switch.p4runtime_address, (0, 1))
+    request = p4rt.SetForwardingPipelineConfigRequest(
+        device_id=0, action=p4rt.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT
+    )
+    request.election_id.low = 1
+    request.config.p4info.CopyFrom(info)
+    shell.stub.SetForwardingPipelineConfig(request)
+    return Programmed(switch, P4Names(info), shell)
+
+
+@dataclass
+class Fabric:
+    spine: Programmed
+    tors: dict[str, Programmed]
+    ps: ParameterServer
+    clients: list[AllreduceClient] = field(default_factory=list)
+
+    def install(
+        self, job: int, policy: Policy, racks: dict[str, int], priority: int = 0
+    ) -> dict[int, AllreduceClient]:
+        """Install `job` as 7.2 says (on the spine only when it spans racks), register it with
+        the PS and start its workers; `racks` gives each ToR's worker count. Workers are
+        numbered across racks in order."""
+        fan_in = sum(racks.values())
+        two = len(racks) > 1
+        ps = self.ps.address
+        base = 2 * PART * (job - 1)
+        common = dict(policy=policy, fan_in=fan_in, part_base=base, part_size=PART)
+        common |= dict(mcast_group=job + 1, priority=priority)
+        workers: dict[int, AllreduceClient] = {}
+        next_worker = 0
+        for name, count in racks.items():
+            tor = self.tors[name]
+            ids = range(next_worker, next_worker + count)
+            next_worker += count
+            for w in ids:
+                workers[w] = self._client(tor, job, w, fan_in, policy, base)
+                tor.source(job, w, workers[w].endpoint)
+            if two:
+                # Write the parent last: the ToR sends up once it knows all its workers.
+                tor.source(job, PS_WORKER_ID, self.spine.switch.data_address)
+            cfg = JobConfig(job, ps_port=tor.port(ps), **common)  # type: ignore[arg-type]
+            tor.job(cfg, [workers[w].endpoint for w in ids])
+        if two:
+            for name in racks:
+                self.spine.source(job, PS_WORKER_ID, self.tors[name].switch.data_address)
+            self.spine.source(job, PS_WORKER_ID, ps)
+            cfg = JobConfig(job, ps_port=self.spine.port(ps), **common)  # type: ignore[arg-type]
+            self.spine.job(cfg, [self.tors[n].switch.data_address for n in racks])
+            root = self.spine.switch.data_address
+            children = tuple(self.tors[n].switch.data_address for n in racks)
+        else:
+            (name,) = racks
+            self.tors[name].source(job, PS_WORKER_ID, ps)
+            root, children = self.tors[name].switch.data_address, ()
+        self.ps.register_job(
+            job, fan_in, switch=root, window=WINDOW, policy=policy, children=children
+        )
+        return workers
+
+    def _client(
+        self, tor: Programmed, job: int, worker: int, fan_in: int, policy: Policy, base: int
+    ) -> AllreduceClient:
+        if policy == Policy.STATIC:
+            placement: dict[str, Any] = {"kind": "static", "part_base": base, "part_size": PART}
+        else:
+            placement = {"kind": "hashed", "seed": 101 * job, "pool": tor.switch.aggregators}
+        host, port = tor.switch.data_address
+        body = {
+            "job_id": job,
+            "switch_job_id": job,
+            "worker_id": worker,
+            "fan_in": fan_in,
+            "policy": policy.name.lower(),
+            "switch": {"host": host, "port": port},
+            "ps": {"host": self.ps.address[0], "port": self.ps.address[1]},
+            "lanes": LANES,
+            "window": WINDOW,
+            "placement": placement,
+        }
+        client = AllreduceClient(parse_join(body), options=ClientOptions(timeout_s=30.0))
+        self.clients.append(client)
+        return client
+
+    def counter(self, switch: Programmed, name: str, job: int) -> int:
+        return int(switch.switch.pipeline.job_packets[name][job])
+
+
+@pytest.fixture
+def make_fabric() -> Iterator[Any]:
+    """A factory: ToRs A and B under a spine, `aggregators` each (one P4 program: one pool
+    size), each dropping `LOSS` of what it receives, and a PS; all closed at teardown."""
+    made: list[Any] = []
+    fabrics: list[Fabric] = []
+
+    def make(aggregators: int) -> Fabric:
+        spine = SoftSwitch(aggregators=aggregators, lanes=LANES, drop_rate=LOSS, seed=1).start()
+        made.append(spine)
+        tors = {}
+        for n, name in enumerate("AB"):
+            tor = SoftSwitch(
+                aggregators=aggregators, lanes=LANES, drop_rate=LOSS, seed=2 + n,
+                parent=spine.data_address,
+            ).start()  # fmt: skip
+            made.append(tor)
+            tors[name] = _programmed(tor)
+        ps = ParameterServer().start()
+        made.append(ps)
+        fabrics.append(Fabric(_programmed(spine), tors, ps))
+        return fabrics[-1]
+
+    yield make
+    for fab in fabrics:
+        for client in fab.clients:
+            client.close()
+        for p in (fab.spine, *fab.tors.values()):
+            p.shell.tear_down()
+    for thing in reversed(made):
+        thing.stop()
+
+
+def _allreduce_exactly(jobs: dict[int, dict[int, AllreduceClient]], rounds: int) -> None:
+    """`rounds` allreduces by every worker of every job at once; each result within the
+    quantisation bound of the exact float64 sum."""
+    rng = np.random.default_rng(0)
+    xs = {
+        (job, w): [rng.uniform(-1, 1, SIZE).astype(np.float32) for _ in range(rounds)]
+        for job, workers in jobs.items()
+        for w in workers
+    }
+    got: dict[tuple[int, int], Any] = {}
+
+    def run(job: int, w: int) -> None:
+        try:
+            got[job, w] = [jobs[job][w].allreduce(x) for x in xs[job, w]]
+        except Exception as exc:  # asserted on below
+            got[job, w] = exc
+
+    threads = [threading.Thread(target=run, args=key) for key in xs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for (job, w), results in got.items():
+        assert not isinstance(results, BaseException), f"job {job} worker {w}: {results!r}"
+        exps = np.full(-(-SIZE // LANES), DEFAULT_EXPONENT, np.int8)
+        peers = [k for k in xs if k[0] == job]
+        for r, result in enumerate(results):
+            parts = [xs[k][r].astype(np.float64) for k in peers]
+            per_element = np.repeat(exps.astype(np.int64), LANES)[:SIZE]
+            bound = error_bound(sum(parts), sum(np.abs(p) for p in parts), len(peers), per_element)
+            assert np.all(np.abs(result - sum(parts)) <= bound), (job, w, r)
+            exps = next_exponents(np.pad(result, (0, -SIZE % LANES)).reshape(-1, LANES), exps)
+
+
+@pytest.mark.parametrize("policy", list(Policy), ids=lambda p: p.name.lower())
+def test_a_cross_rack_job_is_exact_under_loss_and_an_in_rack_job_never_touches_the_spine(
+    make_fabric: Any, policy: Policy
+) -> None:
+    fabric = make_fabric(128)
+    cross = fabric.install(1, policy, {"A": 2, "B": 2})
+    inside = fabric.install(2, policy, {"A": 2})
+    _allreduce_exactly({1: cross, 2: inside}, ROUNDS)
+    spine = fabric.spine
+    assert fabric.counter(spine, "job_aggregated", 1) > 0  # the ToRs' sums met at the spine
+    assert all(int(cells[2]) == 0 for cells in spine.switch.pipeline.job_packets.values()), (
+        "the in-rack job reached the spine"
+    )
+    lost = sum(
+        int(p.switch.pipeline.drop_packets[DropReason.INJECTED_LOSS])
+        for p in (spine, *fabric.tors.values())
+    )
+    assert lost > 0, "no loss was injected"
+
+
+def test_an_esa_job_preempted_at_the_spine_stays_exact(make_fabric: Any) -> None:
+    # Two cross-rack esa jobs on a pool of 8, as tests/workers/test_shared_pool.py: the higher
+    # priority job evicts the other's partial sums at the ToRs and at the spine; the evicted
+    # sums reach the PS counted once.
+    fabric = make_fabric(8)
+    low = fabric.install(1, Policy.ESA, {"A": 2, "B": 2}, priority=1)
+    high = fabric.install(3, Policy.ESA, {"A": 2, "B": 2}, priority=5)
+    for _ in range(10):
+        _allreduce_exactly({1: low, 3: high}, ROUNDS)
+        if fabric.counter(fabric.spine, "job_evicted", 1) > 0:
+            break
+    assert fabric.counter(fabric.spine, "job_preempted", 3) > 0
+    assert fabric.counter(fabric.spine, "job_evicted", 1) > 0
