@@ -9,8 +9,9 @@ by rack) at every switch, and below the root `local_mask` (the workers under the
 `up_port`. Packets go worker -> ToR -> ... -> root -> PS and back; each hop costs a link
 latency, a switch its latency (and, with ``switch_pps``, a turn of its own FIFO server), a
 ToR-parent link (each direction a FIFO server) a fragment at `Fabric.uplink_gbps`, the
-oversubscribed rate. The PS sits one link from every switch (a ToR's resends and flushes go to
-it directly). Workers, resends and the PS process are `scheduler.fragsim`'s.
+oversubscribed rate. The PS is as far from each switch as the servers are below it (the fluid
+model's `switch_config` latency; a ToR's resends and flushes go to it directly, not over the
+uplink). Workers, resends and the PS process are `scheduler.fragsim`'s.
 
 Assumed, where the protocol is silent or stricter: PROTOCOL.md 7.2 gives every switch of an
 atp/esa job's tree one pool size N and the worker's index; here each switch indexes a packet
@@ -37,6 +38,7 @@ from p4ctl.rule import JobConfig, Outcome, ToGroup, check, hashed_index, process
 from scheduler.clock import VirtualClock
 from scheduler.config import REORDER, SimConfig
 from scheduler.fabric import Fabric
+from scheduler.fabricflow import switch_config
 from scheduler.fabricsim import FabricRun, _Fabric, _Job, _result
 from scheduler.fragsim import _PsServer, _Worker
 from scheduler.memory import JobState
@@ -99,6 +101,8 @@ class _FragmentFabric:
         self.switches = {s: cast(InMemorySwitch, t.switch) for s, t in self.fab.tables.items()}
         self.by_sid: dict[str, dict[int, _Run]] = {s: {} for s in self.switches}
         self.switch_free = dict.fromkeys(self.switches, 0.0)
+        # The PS is as far from a switch as the servers are (`switch_config`'s link latency).
+        self.ps_hop = {s: switch_config(cfg, fabric, s).link_latency_s for s in self.switches}
         self.link_free: dict[tuple[str, str], float] = {}
         self.ps: dict[int, _PsServer] = {}
         self.heap: list[tuple[float, int, Callable[[], None]]] = []
@@ -310,7 +314,7 @@ class _FragmentFabric:
             elif out.port == _UP_PORT:
                 self._link(s, self.fabric.switch(s).parent or "", owner, out.packet, leave, "up")
             elif out.port == configs[out.packet.job].ps_port:
-                self.at(leave + self.cfg.link_latency_s, partial(self.ps_in, owner, out.packet))
+                self.at(leave + self.ps_hop[s], partial(self.ps_in, owner, out.packet))
             else:
                 self._unicast(s, owner, out.packet, out.port, leave)
 
@@ -423,7 +427,7 @@ class _FragmentFabric:
         result = Packet(Kind.PS_RESULT, 0, PS_WORKER_ID, run.fan_in, 0, pkt.seq, Flag.COMPLETE,
                         bitmap=full)  # fmt: skip
         root = self.switches[run.root].pipeline.jobs[run.sids[run.root]]
-        at = self.clock.now() + self.cfg.link_latency_s
+        at = self.clock.now() + self.ps_hop[run.root]
         self.at(at, partial(self.reach, run.root, run, result, root.ps_port))
 
 
