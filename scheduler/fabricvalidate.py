@@ -6,7 +6,7 @@ and placement, both simulators, under each switch policy on every switch.
 per server, so each worker is a server): the spine's pool (every job spread across racks, the
 spine holding a fraction of their windows while the ToRs hold them all), the ToRs' pools (jobs
 packed into racks, the spine large) and the ToR uplinks (jobs spread, pools large, uplinks
-oversubscribed 4-8:1 so that an uplink is slower than one worker's link). `validate_fabric`
+oversubscribed 16-32:1 so that an uplink is slower than a job's window-paced rate). `validate_fabric`
 reports `scheduler.validate.CaseError`s, the fragment-level model as reference.
 
 `FABRIC_BOUNDS` states the bound each family is held to (``tests/scheduler/
@@ -26,21 +26,17 @@ from scheduler.fabric import Fabric, two_level_fabric
 from scheduler.fabricsim import simulate_fabric
 from scheduler.fragfabric import simulate_fabric_fragments
 from scheduler.memory import Pool
+from scheduler.registry import policy_names
 from scheduler.validate import BOUND, CaseError
 from scheduler.workload import JobSpec
 
 __all__ = [
     "FABRIC_BOUNDS",
     "FABRIC_FAMILIES",
-    "FABRIC_POLICIES",
     "FabricCase",
     "fabric_cases",
     "validate_fabric",
 ]
-
-#: The switch policies both fabric simulators run (fabric policies that move a job's level
-#: have no fragment-level counterpart yet: `scheduler.fragfabric`).
-FABRIC_POLICIES = ("static", "atp", "esa")
 
 #: The bound of the fluid model's mean-JCT error on each family (every case, every policy).
 FABRIC_BOUNDS: dict[str, float] = {
@@ -103,30 +99,33 @@ def _spine_memory(rng: random.Random) -> FabricCase:
 
 
 def _tor_memory(rng: random.Random) -> FabricCase:
-    """The ToRs bind: 2 racks of 8 servers, ToRs of 16 aggregators, a spine of 256; 5-7 jobs
-    of 2-4 workers packed into the racks (a job crosses them only when one cannot hold it):
-    the combined windows of a rack's jobs 2-4x its ToR's pool."""
-    fabric = two_level_fabric(2, servers_per_rack=8, gpus_per_server=1, tor_aggregators=16,
+    """The ToRs bind: 2 racks of 12 servers, ToRs of 32 aggregators (one static partition of
+    window 16), a spine of 256; 7-9 jobs of 2-4 workers packed into the racks (a job crosses
+    them only when one cannot hold it): a rack's jobs' combined windows 2-3x its ToR's pool."""
+    fabric = two_level_fabric(2, servers_per_rack=12, gpus_per_server=1, tor_aggregators=32,
                               spine_aggregators=256, lanes=_LANES)  # fmt: skip
-    return FabricCase(_jobs(rng, rng.randint(5, 7), (2, 3, 4)), _cfg(rng), fabric, "packed")
+    return FabricCase(_jobs(rng, rng.randint(7, 9), (2, 3, 4)), _cfg(rng), fabric, "packed")
 
 
 def _oversubscribed(rng: random.Random) -> FabricCase:
-    """The uplinks bind: 2 racks of 4 servers at 100 Gbps, uplinks oversubscribed 4:1 or 8:1
-    (100 or 50 Gbps, one worker's link or half of it), pools of 256 everywhere; 2-4 jobs of
-    2-4 workers spread over the racks, each rack's partial sums crossing its uplink."""
-    over = rng.choice((4.0, 8.0))
+    """The uplinks bind: 2 racks of 4 servers at 100 Gbps, uplinks oversubscribed 16:1 or
+    32:1 (25 or 12.5 Gbps), pools of 256 everywhere, window 64 (a job alone paces about 25
+    Gbps over a two-level round trip of 5.5 us); 2-4 jobs of 2-4 workers spread over the
+    racks, each rack's partial sums crossing its uplink."""
+    over = rng.choice((16.0, 32.0))
     fabric = two_level_fabric(2, servers_per_rack=4, gpus_per_server=1, tor_aggregators=256,
                               spine_aggregators=256, oversubscription=over,
                               lanes=_LANES)  # fmt: skip
-    return FabricCase(_jobs(rng, rng.randint(2, 4), (2, 3, 4)), _cfg(rng), fabric, "spread")
+    jobs = _jobs(rng, rng.randint(2, 4), (2, 3, 4))
+    return FabricCase(jobs, replace(_cfg(rng), window=64), fabric, "spread")
 
 
 #: Seeded case families: name -> (what binds, one case from an rng).
 FABRIC_FAMILIES: dict[str, tuple[str, Callable[[random.Random], FabricCase]]] = {
     "spine-memory": ("spine pool 32, ToRs 256, every job across 3 racks", _spine_memory),
-    "tor-memory": ("ToR pools 16, spine 256, jobs packed into 2 racks", _tor_memory),
-    "oversubscribed": ("uplinks 4:1 or 8:1, pools 256, jobs across 2 racks", _oversubscribed),
+    "tor-memory": ("ToR pools 32, spine 256, jobs packed into 2 racks", _tor_memory),
+    "oversubscribed": ("uplinks 16:1 or 32:1, pools 256, window 64, jobs across 2 racks",
+                       _oversubscribed),
 }
 
 
@@ -140,16 +139,18 @@ def fabric_cases(family: str, count: int = 4, seed: int = 0) -> list[FabricCase]
 
 
 def validate_fabric(
-    policies: tuple[str, ...] = FABRIC_POLICIES,
+    policies: tuple[str, ...] | None = None,
     count: int = 4,
     seed: int = 0,
     family: str = "spine-memory",
 ) -> list[CaseError]:
     """Both fabric simulators on `fabric_cases(family, count, seed)` under each of
-    `policies`, one fragment-level run each (another seed would place the jobs elsewhere:
+    `policies` (default: the registered switch policies, `scheduler.registry.policy_names`;
+    fabric policies that move a job's level have no fragment-level counterpart, see
+    `scheduler.fragfabric`), one fragment-level run each (another seed would place the jobs elsewhere:
     the placer draws from the config's seed too)."""
     out = []
-    for policy in policies:
+    for policy in policy_names() if policies is None else policies:
         for i, case in enumerate(fabric_cases(family, count, seed)):
             cfg = replace(case.cfg, spec=replace(case.cfg.spec, policy=policy))
             frag = simulate_fabric_fragments(case.jobs, cfg, case.fabric,

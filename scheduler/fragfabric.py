@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -105,6 +106,7 @@ class _FragmentFabric:
         self.ps_hop = {s: switch_config(cfg, fabric, s).link_latency_s for s in self.switches}
         self.link_free: dict[tuple[str, str], float] = {}
         self.ps: dict[int, _PsServer] = {}
+        self.outcomes: Counter[tuple[str, Outcome]] = Counter()  # per switch, as the rule says
         self.heap: list[tuple[float, int, Callable[[], None]]] = []
         self.counter = self.events = self.order = self.dropped = 0
         for spec in jobs:
@@ -286,6 +288,7 @@ class _FragmentFabric:
             self.dropped += 1
             return
         verdict = process(regs, pkt, configs, sender_port)
+        self.outcomes[(s, verdict.outcome)] += 1
         frag = pkt.seq % run.frags
         if verdict.outcome == Outcome.COMPLETED and s == run.root:
             run.in_switch.add(frag)
