@@ -26,7 +26,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -41,7 +41,7 @@ from scheduler.config import REORDER, SimConfig
 from scheduler.fabric import Fabric
 from scheduler.fabricflow import switch_config
 from scheduler.fabricsim import FabricRun, _Fabric, _Job, _result
-from scheduler.fragsim import _PsServer, _Worker
+from scheduler.fragsim import _Worker
 from scheduler.memory import JobState
 from scheduler.tiered import PerSwitch
 from scheduler.workload import JobSpec
@@ -78,6 +78,15 @@ class _Run:
         return len(self.tor_of)
 
 
+@dataclass(slots=True)
+class _PsProcess:
+    """One PS process (`scheduler.fragsim`'s): one packet at a time, critical ones first."""
+
+    critical: deque[tuple[_Run, Packet]] = field(default_factory=deque)
+    copies: deque[tuple[_Run, Packet]] = field(default_factory=deque)
+    busy: bool = False
+
+
 class _FragmentFabric:
     def __init__(
         self,
@@ -105,7 +114,7 @@ class _FragmentFabric:
         # The PS is as far from a switch as the servers are (`switch_config`'s link latency).
         self.ps_hop = {s: switch_config(cfg, fabric, s).link_latency_s for s in self.switches}
         self.link_free: dict[tuple[str, str], float] = {}
-        self.ps: dict[int, _PsServer] = {}
+        self.ps: dict[int, _PsProcess] = {}
         self.outcomes: Counter[tuple[str, Outcome]] = Counter()  # per switch, as the rule says
         self.heap: list[tuple[float, int, Callable[[], None]]] = []
         self.counter = self.events = self.order = self.dropped = 0
@@ -216,7 +225,8 @@ class _FragmentFabric:
         """The aggregator (and static shadow bit) of `seq` at `switch` (module doc)."""
         cfg = self.switches[switch].pipeline.jobs[run.sids[switch]]
         if cfg.policy == Policy.STATIC:
-            return static_index(cfg, seq)
+            index, shadow = static_index(cfg, seq)
+            return int(index), int(shadow)
         rec = run.job.records[switch]
         pool = rec.shared_pool or self.switches[switch].registers.aggregators
         return hashed_index(rec.hash_seed or 0, seq, pool), 0
@@ -353,10 +363,7 @@ class _FragmentFabric:
             serial = self.cfg.fragment_s * self.cfg.link_bps / (gbps * 1e9)
             t = max(leave, self.link_free.get((lower, way), 0.0)) + serial
             self.link_free[(lower, way)] = t
-        if way == "up":
-            port = _CHILD_PORT + self.fabric.children(to).index(s)
-        else:
-            port = _UP_PORT
+        port = _CHILD_PORT + self.fabric.children(to).index(s) if way == "up" else _UP_PORT
         self.at(t + self.cfg.link_latency_s, partial(self.reach, to, run, pkt, port))
 
     def deliver(self, run: _Run, pkt: Packet, workers: Sequence[int]) -> None:
@@ -383,9 +390,9 @@ class _FragmentFabric:
 
     # ------------------------------------------------------------------ the PS
     def ps_in(self, run: _Run, pkt: Packet) -> None:
-        server = self.ps.setdefault(self.cfg.ps_of(run.job.spec.job_id), _PsServer())
+        server = self.ps.setdefault(self.cfg.ps_of(run.job.spec.job_id), _PsProcess())
         copy = self._copy(run, pkt)
-        (server.copies if copy else server.critical).append((run, pkt))  # type: ignore[arg-type]
+        (server.copies if copy else server.critical).append((run, pkt))
         if not server.busy:
             self.ps_serve(server)
 
@@ -398,13 +405,13 @@ class _FragmentFabric:
             and pkt.bitmap == (1 << run.fan_in) - 1
         )
 
-    def ps_serve(self, server: _PsServer) -> None:
+    def ps_serve(self, server: _PsProcess) -> None:
         """As `scheduler.fragsim`'s: one packet at a time, critical ones first."""
         queue = server.critical or server.copies
         if not queue:
             server.busy = False
             return
-        run, pkt = queue.popleft()  # type: ignore[misc]
+        run, pkt = queue.popleft()
         server.busy = True
 
         def done() -> None:
