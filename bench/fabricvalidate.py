@@ -2,6 +2,7 @@
 
     python -m bench.fabricvalidate                       # every family, 4 cases each
     python -m bench.fabricvalidate --cases 8 --families spine-memory --json fabric.json
+    python -m bench.fabricvalidate --policies esa,tiered-nospill
 
 Runs `scheduler.fabricvalidate.validate_fabric` on each family of `FABRIC_FAMILIES` and
 prints, per family and policy side by side: the mean JCT of both models over the cases, the
@@ -18,6 +19,7 @@ import json
 import statistics
 from pathlib import Path
 
+from scheduler.errors import UnknownName
 from scheduler.fabricvalidate import FABRIC_BOUNDS, FABRIC_FAMILIES, validate_fabric
 from scheduler.validate import BOUND, CaseError
 
@@ -25,7 +27,7 @@ from scheduler.validate import BOUND, CaseError
 def table(by_family: dict[str, list[CaseError]]) -> tuple[list[str], list[dict[str, object]]]:
     """The printed rows and the same figures as records, one per family and policy."""
     lines = [
-        f"{'family':15} {'policy':7} {'fragment us':>11} {'fluid us':>9} {'|err| mean':>10} "
+        f"{'family':15} {'policy':14} {'fragment us':>11} {'fluid us':>9} {'|err| mean':>10} "
         f"{'err worst':>9} {'share frag':>10} {'share fluid':>11} {'bound':>6} {'within':>6}"
     ]
     records: list[dict[str, object]] = []
@@ -47,7 +49,7 @@ def table(by_family: dict[str, list[CaseError]]) -> tuple[list[str], list[dict[s
                             "share_fragment": share_frag, "share_fluid": share_fluid,
                             "goal": goal, "bound": bound, "within": within})  # fmt: skip
             lines.append(
-                f"{family:15} {policy:7} {frag * 1e6:11.1f} {fluid * 1e6:9.1f} {err:10.3f} "
+                f"{family:15} {policy:14} {frag * 1e6:11.1f} {fluid * 1e6:9.1f} {err:10.3f} "
                 f"{worst:+9.3f} {share_frag:10.3f} {share_fluid:11.3f} "
                 f"{'yes' if goal else 'NO':>7} {bound:6.2f} {'yes' if within else 'NO':>6}"
             )
@@ -63,6 +65,10 @@ def main(argv: list[str] | None = None) -> None:
         default=",".join(FABRIC_FAMILIES),
         help="comma-separated fabric validation families (default: all)",
     )
+    parser.add_argument(
+        "--policies",
+        help="comma-separated switch policies, or tiered-nospill (default: the switch policies)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     families = [f.strip() for f in args.families.split(",") if f.strip()]
@@ -74,7 +80,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"fluid vs fragment-level fabric model, {args.cases} cases of seed {args.seed} each")
     for family in families:
         print(f"  {family}: {FABRIC_FAMILIES[family][0]}")
-    by_family = {f: validate_fabric(count=args.cases, seed=args.seed, family=f) for f in families}
+    policies = tuple(p.strip() for p in args.policies.split(",")) if args.policies else None
+    try:
+        by_family = {
+            f: validate_fabric(policies, count=args.cases, seed=args.seed, family=f)
+            for f in families
+        }
+    except (ValueError, UnknownName) as exc:
+        parser.error(str(exc))
     lines, records = table(by_family)
     print("\n".join(lines))
     if args.json:

@@ -159,24 +159,23 @@ def validate_fabric(
 ) -> list[CaseError]:
     """Both fabric simulators on `fabric_cases(family, count, seed)` under each of
     `policies` (default: the registered switch policies, `scheduler.registry.policy_names`;
-    fabric policies that move a job's level have no fragment-level counterpart, see
+    of the fabric policies, those that keep every job on its tree, see
     `scheduler.fragfabric`), one fragment-level run each (another seed would place the jobs
     elsewhere: the placer draws from the config's seed too)."""
     out = []
     for policy in policy_names() if policies is None else policies:
         for i, case in enumerate(fabric_cases(family, count, seed)):
-            cfg = replace(case.cfg, spec=replace(case.cfg.spec, policy=policy))
-            frag = simulate_fabric_fragments(case.jobs, cfg, case.fabric,
-                                             placement=case.placement).result  # fmt: skip
-            fluid = simulate_fabric(case.jobs, cfg, case.fabric, placement=case.placement).result
+            jobs, cfg, fabric, placed = case.jobs, case.cfg, case.fabric, case.placement
+            frag = simulate_fabric_fragments(jobs, cfg, fabric, policy=policy, placement=placed)
+            fluid = simulate_fabric(jobs, cfg, fabric, policy=policy, placement=placed)
             out.append(
                 CaseError(
                     policy,
                     i,
-                    frag.jct_summary()["mean"],
-                    fluid.jct_summary()["mean"],
-                    frag.switch_share(),
-                    fluid.switch_share(),
+                    frag.result.jct_summary()["mean"],
+                    fluid.result.jct_summary()["mean"],
+                    frag.result.switch_share(),
+                    fluid.result.switch_share(),
                     family,
                 )
             )

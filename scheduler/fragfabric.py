@@ -6,7 +6,8 @@ simulator's own (`scheduler.fabricsim`'s state: the same `Placer`, one `JobTable
 whose applier programs that switch). A job admitted on its tree gets PROTOCOL.md 7.2's entries
 on top of the applier's: the job's fan-in (its servers, worker ids global across racks, rack
 by rack) at every switch, and below the root `local_mask` (the workers under the switch) and
-`up_port`. Packets go worker -> ToR -> ... -> root -> PS and back; each hop costs a link
+`up_port`; a fabric policy's one level per job is written into every entry of its tree after
+each round. Packets go worker -> ToR -> ... -> root -> PS and back; each hop costs a link
 latency, a switch its latency (and, with ``switch_pps``, a turn of its own FIFO server), a
 ToR-parent link (each direction a FIFO server) a fragment at `Fabric.uplink_gbps`, the
 oversubscribed rate. The PS is as far from each switch as the servers are below it (the fluid
@@ -17,8 +18,9 @@ Assumed, where the protocol is silent or stricter: PROTOCOL.md 7.2 gives every s
 atp/esa job's tree one pool size N and the worker's index; here each switch indexes a packet
 by its own hash seed and pool (`index_at`), which is the protocol's index when they agree and
 lets a spine hold less memory than its ToRs, as the fluid model lets it. Switch job ids are
-per switch; a packet is restamped with the next switch's id for the job. Fabric policies that
-move a job's aggregation (``tiered``'s spill) are refused: see `simulate_fabric_fragments`.
+per switch; a packet is restamped with the next switch's id for the job. ``tiered``'s spill
+is refused: an esa ToR with no parent multicasts its complete local sum as a RESULT, and the
+rule has no entry for a rack's partial sum that goes to the PS alone.
 """
 
 from __future__ import annotations
@@ -99,10 +101,13 @@ class _FragmentFabric:
     ) -> None:
         self.cfg, self.fabric, self.timeout_s = cfg, fabric, timeout_s
         self.fab = _Fabric(cfg, fabric, policy, placement)
-        if not isinstance(self.fab.fpolicy, PerSwitch):
+        fpolicy = self.fab.fpolicy
+        self.one_rank = not isinstance(fpolicy, PerSwitch)
+        if getattr(type(fpolicy), "spill", False):
             raise ValueError(
-                f"policy {policy!r} moves where a job aggregates while it runs; the "
-                "fragment-level fabric runs switch policies (static, atp, esa, ...) only"
+                f"policy {policy!r} moves where a job aggregates while it runs (spill), which "
+                "the rule cannot express: the fragment-level fabric runs switch policies and "
+                "fabric policies that keep every job on its whole tree (tiered-nospill)"
             )
         if self.fab.policy.preempts and self.fab.policy.switch_rule() == "atp":
             raise ValueError(f"policy {policy!r} preempts on atp's rule; not modelled here")
@@ -148,6 +153,7 @@ class _FragmentFabric:
                 self.fab.tables[s].start(now, rec)
             job.state = JobState.RUNNING
             self.start(job)
+        self.relevel()
 
     def start(self, job: _Job) -> None:
         """Write PROTOCOL.md 7.2's fields into each entry the applier installed, then start
@@ -211,6 +217,7 @@ class _FragmentFabric:
             job.starved_s = 0.0
         if mark or after != before:
             self.fab.decide(now, set(job.records))
+            self.relevel()
         self.at(now + overhead + job.spec.iter_time_s, partial(self.start_comm, run))
 
     def finish(self, run: _Run) -> None:
@@ -219,6 +226,28 @@ class _FragmentFabric:
         self.fab.finish(self.clock.now(), run.job)
         if self.fab.waiting:
             self.admit()
+        else:
+            self.relevel()
+
+    def relevel(self) -> None:
+        """A fabric policy's one level per job, written into each entry of its tree over the
+        level the switch's own round just wrote (a switch policy: nothing to do)."""
+        if not self.one_rank:
+            return
+        running = [j for j in self.fab.live.values() if j.state == JobState.RUNNING]
+        self.fab.aggregate(running)
+        for job in running:
+            at = job.aggregate
+            assert at is not None
+            if tuple(at.switches) != job.tree or at.ps_partials:
+                raise AssertionError(f"job {job.spec.job_id} moved off its tree: {at}")
+            if at.level is None:
+                continue
+            for s, rec in job.records.items():
+                jobs = self.switches[s].pipeline.jobs
+                sid = rec.switch_job_id
+                assert sid is not None
+                jobs[sid] = replace(jobs[sid], priority=at.level)
 
     # ------------------------------------------------------------------ packets
     def index_at(self, run: _Run, switch: str, seq: int) -> tuple[int, int]:
@@ -452,9 +481,10 @@ def simulate_fabric_fragments(
 ) -> FabricRun:
     """Run `jobs` packet by packet on `fabric`; the same `FabricRun` as `simulate_fabric`.
 
-    `policy` is a switch policy run on every switch (default ``cfg.spec.policy``); fabric
-    policies that change where a job aggregates, and preemption on atp's rule
-    (``esa-norelease``), raise ValueError. `timeout_s`: a worker's first resend timeout
+    `policy` is a switch policy run on every switch (default ``cfg.spec.policy``), or a
+    fabric policy that keeps every job on its tree (``tiered-nospill``: its one level per job
+    at every switch); spill (``tiered``, ``tiered-local``) and preemption on atp's rule
+    (``esa-norelease``) raise ValueError. `timeout_s`: a worker's first resend timeout
     (default ``cfg.rto_s``).
     """
     timeout = timeout_s if timeout_s is not None else cfg.rto_s

@@ -10,7 +10,12 @@ from p4ctl.rule import Outcome
 
 from scheduler.config import PER_JOB, SimConfig
 from scheduler.fabric import Fabric, Rack, Switch, two_level_fabric
-from scheduler.fabricvalidate import FABRIC_BOUNDS, FABRIC_FAMILIES, validate_fabric
+from scheduler.fabricvalidate import (
+    FABRIC_BOUNDS,
+    FABRIC_FAMILIES,
+    fabric_cases,
+    validate_fabric,
+)
 from scheduler.fragfabric import _FragmentFabric, simulate_fabric_fragments
 from scheduler.fragsim import simulate_fragments
 from scheduler.memory import Pool
@@ -107,10 +112,26 @@ def test_an_oversubscribed_uplink_slows_a_cross_rack_job() -> None:
     assert jct(32.0) > 1.5 * jct(1.0)
 
 
-def test_a_policy_that_moves_a_jobs_level_is_refused_in_words() -> None:
+@pytest.mark.parametrize("policy", ["tiered", "tiered-local"])
+def test_a_policy_that_spills_is_refused_in_words(policy: str) -> None:
     cfg = SimConfig(PolicySpec("esa"), Pool(256, 64))
-    with pytest.raises(ValueError, match="switch policies"):
-        simulate_fabric_fragments([spec(0)], cfg, two_level_fabric(2), policy="tiered")
+    with pytest.raises(ValueError, match="spill"):
+        simulate_fabric_fragments([spec(0)], cfg, two_level_fabric(2), policy=policy)
+
+
+def test_one_fabric_rank_is_esa_where_every_job_meets_the_same_rivals_everywhere() -> None:
+    """Each switch ranks its jobs in the fabric's order, and with fewer jobs than levels every
+    rank has a level of its own, so each preemption goes the same way under the fabric's one
+    level (``tiered-nospill``) as under each switch's own (``esa``): the same run, exactly."""
+    [case] = fabric_cases("spine-memory", 1)
+    runs = {
+        policy: simulate_fabric_fragments(case.jobs, case.cfg, case.fabric, policy=policy,
+                                          placement=case.placement)
+        for policy in ("esa", "tiered-nospill")
+    }  # fmt: skip
+    assert len(case.jobs) <= case.cfg.spec.levels
+    assert all(len(j.racks) > 1 for j in runs["esa"].jobs)
+    assert runs["esa"].result.jobs == runs["tiered-nospill"].result.jobs
 
 
 @pytest.mark.parametrize("family", ["spine-memory", "tor-memory"])
