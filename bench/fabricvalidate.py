@@ -28,7 +28,8 @@ def table(by_family: dict[str, list[CaseError]]) -> tuple[list[str], list[dict[s
     """The printed rows and the same figures as records, one per family and policy."""
     lines = [
         f"{'family':15} {'policy':14} {'fragment us':>11} {'fluid us':>9} {'|err| mean':>10} "
-        f"{'err worst':>9} {'share frag':>10} {'share fluid':>11} {'bound':>6} {'within':>6}"
+        f"{'err worst':>9} {'share frag':>10} {'share fluid':>11} "
+        f"{'goal ' + format(BOUND, '.0%'):>7} {'bound':>6} {'within':>6}"
     ]
     records: list[dict[str, object]] = []
     for family, errs in by_family.items():

@@ -1,26 +1,17 @@
-"""The fragment-level fabric simulator: every packet of every iteration through every switch of
-a `Fabric`, each an `InMemorySwitch` running `p4ctl.rule`, in virtual time.
+"""The fragment-level fabric simulator: every packet through every switch of a `Fabric`, each
+an `InMemorySwitch` running `p4ctl.rule`, in virtual time.
 
-Placement, trees, per-switch schedulers, admission and priorities are the fluid fabric
-simulator's own (`scheduler.fabricsim`'s state: the same `Placer`, one `JobTable` per switch
-whose applier programs that switch). A job admitted on its tree gets PROTOCOL.md 7.2's entries
-on top of the applier's: the job's fan-in (its servers, worker ids global across racks, rack
-by rack) at every switch, and below the root `local_mask` (the workers under the switch) and
-`up_port`; a fabric policy's one level per job is written into every entry of its tree after
-each round. Packets go worker -> ToR -> ... -> root -> PS and back; each hop costs a link
-latency, a switch its latency (and, with ``switch_pps``, a turn of its own FIFO server), a
-ToR-parent link (each direction a FIFO server) a fragment at `Fabric.uplink_gbps`, the
-oversubscribed rate. The PS is as far from each switch as the servers are below it (the fluid
-model's `switch_config` latency; a ToR's resends and flushes go to it directly, not over the
-uplink). Workers, resends and the PS process are `scheduler.fragsim`'s.
-
-Assumed, where the protocol is silent or stricter: PROTOCOL.md 7.2 gives every switch of an
-atp/esa job's tree one pool size N and the worker's index; here each switch indexes a packet
-by its own hash seed and pool (`index_at`), which is the protocol's index when they agree and
-lets a spine hold less memory than its ToRs, as the fluid model lets it. Switch job ids are
-per switch; a packet is restamped with the next switch's id for the job. ``tiered``'s spill
-is refused: an esa ToR with no parent multicasts its complete local sum as a RESULT, and the
-rule has no entry for a rack's partial sum that goes to the PS alone.
+Placement, trees, per-switch schedulers, admission and levels are `scheduler.fabricsim`'s own
+state (`_Fabric`: its `Placer`, one `JobTable` per switch whose applier programs that switch).
+On admission each entry gets PROTOCOL.md 7.2's fields: the job's fan-in (its servers; worker
+ids global, rack by rack) everywhere, `local_mask` and `up_port` below the root; a fabric
+policy's one level per job is written at every switch of its tree after each round. Packets go
+worker -> ToR -> ... -> root -> PS and back: a link latency per hop, a switch latency per
+switch (with ``switch_pps``, a turn of its FIFO server), each ToR-parent link direction a FIFO
+server at `Fabric.uplink_gbps` (oversubscribed). The PS is as far from a switch as the servers
+below it (`switch_config`'s latency, the fluid model's). Workers, resends and the PS process
+are `scheduler.fragsim`'s. ``tiered``'s spill is refused: an esa ToR without a parent
+multicasts its complete local sum as a RESULT; the rule has no rack-partial-to-PS entry.
 """
 
 from __future__ import annotations
@@ -251,7 +242,11 @@ class _FragmentFabric:
 
     # ------------------------------------------------------------------ packets
     def index_at(self, run: _Run, switch: str, seq: int) -> tuple[int, int]:
-        """The aggregator (and static shadow bit) of `seq` at `switch` (module doc)."""
+        """The aggregator (and static shadow bit) of `seq` at `switch`."""
+        # Assumed: PROTOCOL.md 7.2 gives an atp/esa job one pool size and the worker's index
+        # at every level; each switch's own seed and pool here, which is that index when they
+        # agree and lets a spine hold less memory than its ToRs, as the fluid model does.
+        # Switch job ids are per switch too: `reach` restamps a packet with the next one's.
         cfg = self.switches[switch].pipeline.jobs[run.sids[switch]]
         if cfg.policy == Policy.STATIC:
             index, shadow = static_index(cfg, seq)
