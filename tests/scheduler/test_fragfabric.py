@@ -87,6 +87,33 @@ def test_a_cross_rack_jobs_sums_complete_at_the_spine(policy: str) -> None:
     assert run.result.switch_share() == 1.0 and run.result.unfinished == 0
 
 
+@pytest.mark.parametrize("policy", ["static", "atp", "esa"])
+def test_a_three_level_job_completes_at_every_switch_of_its_tree(policy: str) -> None:
+    """One rule at every level: a middle switch has a parent and children (one of them here
+    has a single child in the job's tree, and still completes its sum and sends it up)."""
+    rack = Rack(servers=2)
+    fabric = Fabric(
+        (
+            Switch("spine", 256),
+            Switch("a0", 256, "spine"),
+            Switch("a1", 256, "spine"),
+            Switch("t0", 256, "a0", rack=rack),
+            Switch("t1", 256, "a0", rack=rack),
+            Switch("t2", 256, "a1", rack=rack),
+        ),
+        64,
+        1,
+    )
+    cfg = SimConfig(PolicySpec(policy), Pool(256, 64), ps_bps=25e9, ps_processes=PER_JOB)
+    sim = _FragmentFabric([spec(0, workers=6, iterations=3)], cfg, fabric, policy, "spread",
+                          cfg.rto_s)  # fmt: skip
+    run = sim.run()
+    assert set(run.jobs[0].tree) == {"t0", "t1", "t2", "a0", "a1", "spine"}
+    for switch in run.jobs[0].tree:
+        assert sim.outcomes[(switch, Outcome.COMPLETED)] == 32 * 3, switch
+    assert sim.dropped == 0 and run.result.unfinished == 0
+
+
 def test_a_cross_rack_job_takes_longer_than_one_in_a_rack() -> None:
     """The spine adds a level to every fragment's round trip."""
     cfg = SimConfig(PolicySpec("esa"), Pool(256, 64), ps_bps=25e9, ps_processes=PER_JOB)
