@@ -12,8 +12,8 @@ today's policies in a fabric: every job on its whole tree, each switch ranking i
 ablation switches off alone (as ``esa-norelease``/``esa-nopreempt`` do for esa):
 
 - spill (off in ``tiered-nospill``): an inner switch (the spine) is offered to the cross-rack
-  jobs in rank order until what the jobs above hold there on average (a window of
-  aggregators while they communicate: `window` x `FabricJobView.duty` each) fills its pool;
+  jobs in rank order until what the jobs above hold there on average
+  (`FabricJobView.held`) fills its pool;
   a job below that line, whose partial sums esa would keep evicting there for the jobs
   above it (each eviction costing its PS a partial sum and a round trip, each collision a
   possible split), aggregates at its ToRs only, and each ToR sends its rack's partial sum
@@ -52,13 +52,14 @@ __all__ = [
 class FabricJobView:
     """A job holding memory in the fabric: its fabric-wide `view` (workers = its servers, one
     INA worker each), its servers per ToR (`racks`, fabric order), its whole `tree`
-    (`Fabric.tree_of`) and `duty`, the share of its time it communicates, as measured so far
-    (1 before it is known: the most it can be)."""
+    (`Fabric.tree_of`) and `held`, the aggregators it holds on average at the busiest switch
+    where it aggregates, as the switches count them (before they have: its window for the
+    share of its time it would communicate with exclusive INA)."""
 
     view: JobView
     racks: tuple[tuple[str, int], ...]
     tree: tuple[str, ...]
-    duty: float = 1.0
+    held: float = 0.0
 
     @property
     def job_id(self) -> int:
@@ -146,10 +147,10 @@ class TieredPolicy(FabricPolicy):
 
     def _spilled(self, snapshot: FabricSnapshot, ranked: Mapping[int, int]) -> set[int]:
         """The cross-rack jobs below the memory line of some inner switch of their tree:
-        walking its jobs best level first (then by rank key, arrival, id), each holds its
-        window there while it communicates, its duty cycle of the time; a job finding the
-        pool filled by those above it is below the line."""
-        fabric, window = snapshot.fabric, snapshot.window
+        walking its jobs best level first (then by rank key, arrival, id), each holding what
+        it holds on average; a job finding the pool filled by those above it is below the
+        line."""
+        fabric = snapshot.fabric
         order = sorted(
             snapshot.jobs,
             key=lambda j: (-ranked[j.job_id], self.priority_key(j.view), j.view.arrival_s,
@@ -163,7 +164,7 @@ class TieredPolicy(FabricPolicy):
                 continue
             if all(used.get(s, 0.0) < fabric.switch(s).aggregators for s in inner):
                 for s in inner:
-                    used[s] = used.get(s, 0.0) + window * job.duty
+                    used[s] = used.get(s, 0.0) + job.held
             else:
                 out.add(job.job_id)
         return out
