@@ -1,27 +1,17 @@
 """Fabric policies: at which switches of its tree each job aggregates, and at which level.
 
-Each switch's memory is scheduled by a switch policy (``static``, ``atp``, ``esa`` and the
-ablations, `scheduler.registry`), one `Scheduler` per switch. A `FabricPolicy` sits above them:
-pure, a `FabricSnapshot` in (the jobs holding memory, where their servers are, the fabric),
-one `AggregateAt` per job out: the switches it aggregates at, how many partial sums per
-fragment its PS adds up (0: the fabric completes the sum), and optionally one fabric-wide
-priority level that every switch of the job uses instead of its own ranking. `PerSwitch` is
-today's policies in a fabric: every job on its whole tree, each switch ranking its own jobs.
+Each switch runs a switch policy (`scheduler.registry`) on its own pool. A `FabricPolicy` sits
+above them, pure: a `FabricSnapshot` in, one `AggregateAt` per job out (the switches it
+aggregates at, the partial sums per fragment its PS adds, optionally one level for every
+switch of its tree). `PerSwitch` is today's policies in a fabric: every job on its whole tree.
 
-``tiered`` (inasched's own) runs esa on every switch and adds two ideas, each of which an
-ablation switches off alone (as ``esa-norelease``/``esa-nopreempt`` do for esa):
-
-- spill (off in ``tiered-nospill``): an inner switch (the spine) is offered to the cross-rack
-  jobs in rank order until what the jobs above hold there on average
-  (`FabricJobView.held`) fills its pool;
-  a job below that line, whose partial sums esa would keep evicting there for the jobs
-  above it (each eviction costing its PS a partial sum and a round trip, each collision a
-  possible split), aggregates at its ToRs only, and each ToR sends its rack's partial sum
-  to the job's PS, which sees a fan-in of its racks, not its workers (ATP's per-rack
-  aggregation);
-- one rank (off in ``tiered-local``): one level per job, from the ranking of every job in the
-  fabric, used at every switch of its tree, so a job does not win at its ToR and lose at the
-  spine to the same rival.
+``tiered`` runs esa per switch and adds two ideas, each dropped alone by an ablation:
+spill (off in ``tiered-nospill``): the spine goes to the cross-rack jobs in rank order until
+what the jobs above hold there on average (`FabricJobView.held`) fills its pool; a job below
+that line, whose partial sums esa would keep evicting there, aggregates at its ToRs only, each
+sending its rack's partial sum to the job's PS (fan-in: racks, not workers; ATP's per-rack
+aggregation). One rank (off in ``tiered-local``): one level per job from the ranking of every
+job in the fabric, used at every switch of its tree. ``docs/fabric.md`` states both.
 """
 
 from __future__ import annotations
