@@ -3,8 +3,6 @@
     inasched bench jct --workload philly --policies static,atp,esa --out results/philly --sim
     inasched bench jct --workload synthetic-1000 --out results/mem --sweep memory=8192,16384
     inasched bench jct --workload synthetic-10 --out results/emu --emu
-    inasched bench jct --workload philly --topology scheduler/data/topology-2tors.json \
-        --placement spread --policies esa,tiered --out results/fabric --sweep racks=2,4
 
 Every policy runs on the same jobs with the same `BenchParams` (`bench.jct.params`, each
 value with its source). The output folder gets ``summary.json``, ``jobs.csv``, the plots and
@@ -12,10 +10,9 @@ value with its source). The output folder gets ``summary.json``, ``jobs.csv``, t
 decomposed (`bench.jct.ablation`). ``--sweep`` adds a folder per value, ``sweep.csv`` and
 ``cpu.csv``; two ``--sweep`` run their grid and draw heatmaps (`bench.jct.grid`). With
 ``--service URL --token T`` the run is also stored in the service. ``--sim`` (default) drives
-``scheduler.simulator``; ``--emu`` runs real processes on loopback (`bench.jct.emu`);
-``--topology FILE`` runs the fabric simulator (`bench.jct.fabric`). A bad
-argument is one line on stderr and exit status 2; ``--out`` must be a new or empty folder
-unless ``--force`` is given.
+``scheduler.simulator``, ``--emu`` real processes on loopback (`bench.jct.emu`),
+``--topology FILE`` the fabric simulator (`bench.jct.fabric`). A bad argument is one line on
+stderr and exit status 2; ``--out`` must be new or empty unless ``--force`` is given.
 """
 
 from __future__ import annotations
