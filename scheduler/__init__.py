@@ -11,7 +11,8 @@ the service passes wall time, the simulators virtual time. Lifecycle changes go 
 
 ``simulate`` is the aggregate (fluid) model, whole workloads in seconds of CPU;
 ``simulate_fragments`` is the packet-level reference that drives ``p4ctl.rule.process``. Both
-return a `RunResult`. ``docs/scheduler.md`` shows the calls and states both models.
+return a `RunResult`; ``simulate_fabric`` runs the fluid model on a fabric of switches
+(``docs/fabric.md``). ``docs/scheduler.md`` shows the calls and states both models.
 """
 
 from scheduler.applier import DecisionApplier, JobStore
@@ -25,6 +26,7 @@ from scheduler.errors import (
     UnknownName,
     WorkloadError,
 )
+from scheduler.fabricsim import simulate_fabric
 from scheduler.fragsim import simulate_fragments
 from scheduler.jobs import JobResult
 from scheduler.memory import JobState, MemoryMap, Partition, Pool, check_transition
@@ -100,6 +102,7 @@ __all__ = [
     "register_policy",
     "register_priority",
     "simulate",
+    "simulate_fabric",
     "simulate_fragments",
     "too_wide",
     "write_workload",

@@ -1,25 +1,15 @@
 """The fluid model of a fabric: each switch's contention by `scheduler.fluid`, then the slowest
 bound of every job.
 
-For the jobs holding memory, each switch s gets today's model (`comm_rates`) with its own
-contenders: the jobs that aggregate at s, each with its fan-in there (a ToR: the job's servers
-in its rack; an inner switch: its children that lead to the job's racks), s's priority level
-for it, s's pool, and a round trip stretched to the whole path below s (a fragment's result
-comes back to the worker from s: each level adds one hop up and down, 2 x link latency +
-switch latency + serialisation). A job's allreduce takes the longest of (the bounds):
-
-- each switch it aggregates at (that switch's ``t_comm_s``);
-- each ToR uplink it crosses (it aggregates above its ToR, or sends partial sums to its PS,
-  which is outside the rack): its F fragments per iteration at the uplink's rate
-  (`Fabric.uplink_gbps`: downlink over oversubscription) over 1 + the duty cycles of the
-  other jobs crossing that uplink (the expected number sharing it while it sends);
-- with P partial sums per fragment for its PS (`AggregateAt.ps_partials`, a job aggregating
-  at its ToRs only): its own PS process serves P packets per fragment, and each fragment's
-  slot is a round trip plus the PS detour plus P - 1 packet times, the window W in flight.
-
-One pass, no iteration between switches: each switch's model sees its contenders' duty cycles
-as that switch alone gives them. `exclusive_comm_s` and `no_ina_comm_s` are the analytic
-times Mina's efficiency score compares with (``docs/topology.md`` states them).
+Each switch runs `comm_rates` with its own contenders (the jobs aggregating there, with their
+fan-in there and its level for them), its pool, and a round trip stretched to the path from a
+server up to it (2 x link latency + switch latency + serialisation per level). A job's
+allreduce takes the longest of: each switch it aggregates at; each ToR uplink it crosses (F
+fragments at the uplink rate over 1 + the other crossing jobs' duty cycles); with P partial
+sums per fragment for its PS, its own PS process at P packets per fragment, its window over a
+slot of round trip + PS detour + P - 1 packet times. One pass: each switch sees its
+contenders' duty cycles as it alone gives them. `exclusive_comm_s` and `no_ina_comm_s` are
+the analytic times of Mina's score. ``docs/fabric.md`` states it all.
 """
 
 from __future__ import annotations

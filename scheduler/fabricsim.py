@@ -94,7 +94,7 @@ class _Job:
     preemptions_caused: float = 0.0
     refused: str | None = None
     aggregate: AggregateAt | None = None
-    duty: float = 1.0
+    held: float = 0.0
     below_top_s: float = 0.0
     t_ina_s: float = 0.0
     t_none_s: float = 0.0
@@ -196,6 +196,8 @@ class _Fabric:
         ina = exclusive_comm_s(self.switch_cfg, self.fabric, job.racks, s.grad_bytes, compute)
         none = no_ina_comm_s(self.switch_cfg, self.fabric, job.racks, s.grad_bytes)
         job.t_ina_s = cfg.job_setup_s + s.iterations * (compute + ina)
+        # Until a switch has counted it: its window for its share of time communicating.
+        job.held = self.cfg.window * (ina / (ina + compute) if ina + compute > 0 else 1.0)
         job.t_none_s = cfg.job_setup_s + s.iterations * (compute + none)
 
     def decide(self, now: float, switches: set[str]) -> None:
@@ -224,7 +226,7 @@ class _Fabric:
                 JobView(j.spec.job_id, JobState.RUNNING, j.spec.arrival_s, j.servers,
                         j.spec.grad_bytes, j.spec.iterations, int(j.iterations_done),
                         self.cfg.window, j.spec.priority_class, j.starved_s),
-                j.racks, j.tree, j.duty,
+                j.racks, j.tree, j.held,
             )
             for j in running
         )  # fmt: skip
@@ -360,7 +362,7 @@ class _Steady:
         cfg = fab.cfg
         self.rates = [rates[j.spec.job_id] for j in active]
         for j, r in zip(active, self.rates, strict=True):
-            j.duty = r.duty
+            j.held = max(x.duty * (x.held + x.held_complete) for x in r.per_switch.values())
         self.below_top = [j.aggregate is not None and j.aggregate.ps_partials > 0 for j in active]
         self.per_iter = [j.spec.iter_time_s + cfg.iteration_overhead_s + r.t_comm_s
                          for j, r in zip(active, self.rates, strict=True)]  # fmt: skip

@@ -1,27 +1,17 @@
 """Fabric policies: at which switches of its tree each job aggregates, and at which level.
 
-Each switch's memory is scheduled by a switch policy (``static``, ``atp``, ``esa`` and the
-ablations, `scheduler.registry`), one `Scheduler` per switch. A `FabricPolicy` sits above them:
-pure, a `FabricSnapshot` in (the jobs holding memory, where their servers are, the fabric),
-one `AggregateAt` per job out: the switches it aggregates at, how many partial sums per
-fragment its PS adds up (0: the fabric completes the sum), and optionally one fabric-wide
-priority level that every switch of the job uses instead of its own ranking. `PerSwitch` is
-today's policies in a fabric: every job on its whole tree, each switch ranking its own jobs.
+Each switch runs a switch policy (`scheduler.registry`) on its own pool. A `FabricPolicy` sits
+above them, pure: a `FabricSnapshot` in, one `AggregateAt` per job out (the switches it
+aggregates at, the partial sums per fragment its PS adds, optionally one level for every
+switch of its tree). `PerSwitch` is today's policies in a fabric: every job on its whole tree.
 
-``tiered`` (inasched's own) runs esa on every switch and adds two ideas, each of which an
-ablation switches off alone (as ``esa-norelease``/``esa-nopreempt`` do for esa):
-
-- spill (off in ``tiered-nospill``): an inner switch (the spine) is offered to the cross-rack
-  jobs in rank order until what the jobs above hold there on average (a window of
-  aggregators while they communicate: `window` x `FabricJobView.duty` each) fills its pool;
-  a job below that line, whose partial sums esa would keep evicting there for the jobs
-  above it (each eviction costing its PS a partial sum and a round trip, each collision a
-  possible split), aggregates at its ToRs only, and each ToR sends its rack's partial sum
-  to the job's PS, which sees a fan-in of its racks, not its workers (ATP's per-rack
-  aggregation);
-- one rank (off in ``tiered-local``): one level per job, from the ranking of every job in the
-  fabric, used at every switch of its tree, so a job does not win at its ToR and lose at the
-  spine to the same rival.
+``tiered`` runs esa per switch and adds two ideas, each dropped alone by an ablation:
+spill (off in ``tiered-nospill``): the spine goes to the cross-rack jobs in rank order until
+what the jobs above hold there on average (`FabricJobView.held`) fills its pool; a job below
+that line, whose partial sums esa would keep evicting there, aggregates at its ToRs only, each
+sending its rack's partial sum to the job's PS (fan-in: racks, not workers; ATP's per-rack
+aggregation). One rank (off in ``tiered-local``): one level per job from the ranking of every
+job in the fabric, used at every switch of its tree. ``docs/fabric.md`` states both.
 """
 
 from __future__ import annotations
@@ -52,13 +42,14 @@ __all__ = [
 class FabricJobView:
     """A job holding memory in the fabric: its fabric-wide `view` (workers = its servers, one
     INA worker each), its servers per ToR (`racks`, fabric order), its whole `tree`
-    (`Fabric.tree_of`) and `duty`, the share of its time it communicates, as measured so far
-    (1 before it is known: the most it can be)."""
+    (`Fabric.tree_of`) and `held`, the aggregators it holds on average at the busiest switch
+    where it aggregates, as the switches count them (before they have: its window for the
+    share of its time it would communicate with exclusive INA)."""
 
     view: JobView
     racks: tuple[tuple[str, int], ...]
     tree: tuple[str, ...]
-    duty: float = 1.0
+    held: float = 0.0
 
     @property
     def job_id(self) -> int:
@@ -146,10 +137,10 @@ class TieredPolicy(FabricPolicy):
 
     def _spilled(self, snapshot: FabricSnapshot, ranked: Mapping[int, int]) -> set[int]:
         """The cross-rack jobs below the memory line of some inner switch of their tree:
-        walking its jobs best level first (then by rank key, arrival, id), each holds its
-        window there while it communicates, its duty cycle of the time; a job finding the
-        pool filled by those above it is below the line."""
-        fabric, window = snapshot.fabric, snapshot.window
+        walking its jobs best level first (then by rank key, arrival, id), each holding what
+        it holds on average; a job finding the pool filled by those above it is below the
+        line."""
+        fabric = snapshot.fabric
         order = sorted(
             snapshot.jobs,
             key=lambda j: (-ranked[j.job_id], self.priority_key(j.view), j.view.arrival_s,
@@ -163,7 +154,7 @@ class TieredPolicy(FabricPolicy):
                 continue
             if all(used.get(s, 0.0) < fabric.switch(s).aggregators for s in inner):
                 for s in inner:
-                    used[s] = used.get(s, 0.0) + window * job.duty
+                    used[s] = used.get(s, 0.0) + job.held
             else:
                 out.add(job.job_id)
         return out

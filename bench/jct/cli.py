@@ -3,8 +3,6 @@
     inasched bench jct --workload philly --policies static,atp,esa --out results/philly --sim
     inasched bench jct --workload synthetic-1000 --out results/mem --sweep memory=8192,16384
     inasched bench jct --workload synthetic-10 --out results/emu --emu
-    inasched bench jct --workload philly --topology scheduler/data/topology-2tors.json \
-        --placement spread --policies esa,tiered --out results/fabric --sweep racks=2,4
 
 Every policy runs on the same jobs with the same `BenchParams` (`bench.jct.params`, each value with
 its source). The output folder gets ``summary.json``, ``jobs.csv``, the plots and ``report.md``;

@@ -9,6 +9,7 @@ import pytest
 
 from scheduler.config import PER_JOB, SimConfig
 from scheduler.fabric import Fabric, Rack, Switch, two_level_fabric
+from scheduler.fabricflow import fan_in, switch_config
 from scheduler.fabricsim import simulate_fabric
 from scheduler.memory import Pool
 from scheduler.scheduler import too_wide
@@ -161,3 +162,14 @@ def test_a_run_is_deterministic_for_a_seed() -> None:
         for _ in range(2)
     ]
     assert runs[0] == runs[1]
+
+
+def test_a_switch_sees_its_fan_in_and_the_round_trip_up_to_it() -> None:
+    fabric = two_level_fabric(4)
+    racks = (("tor0", 3), ("tor2", 1))
+    assert [fan_in(fabric, racks, s) for s in ("tor0", "tor1", "tor2", "spine")] == [3, 0, 1, 2]
+    cfg = _cfg()
+    hop = 2 * cfg.link_latency_s + cfg.switch_latency_s + cfg.fragment_s
+    assert switch_config(cfg, fabric, "tor0").rtt_s == cfg.rtt_s
+    assert switch_config(cfg, fabric, "spine").rtt_s == pytest.approx(cfg.rtt_s + hop)
+    assert switch_config(cfg, fabric, "spine").pool.aggregators == fabric.root.aggregators

@@ -32,7 +32,7 @@ def _job(job_id: int, racks: dict[str, int], left: int) -> FabricJobView:
     fabric = two_level_fabric(4)
     v = view(job_id, JobState.RUNNING, workers=sum(racks.values()), iterations=100,
              iterations_done=100 - left)  # fmt: skip
-    return FabricJobView(v, tuple(racks.items()), fabric.tree_of(racks))
+    return FabricJobView(v, tuple(racks.items()), fabric.tree_of(racks), held=128.0)
 
 
 def _snapshot(spine: int, *jobs: FabricJobView) -> FabricSnapshot:
@@ -112,10 +112,10 @@ def test_per_rack_partials_cost_the_ps_one_packet_per_rack_not_per_worker() -> N
 
 
 def test_the_spine_line_counts_what_jobs_hold_on_average() -> None:
-    """A window while communicating, for the share of time a job communicates: four jobs
-    that communicate half the time fill what two windows do; a fifth finds no room."""
+    """Four jobs holding 64 aggregators on average fill what two of 128 do; a fifth finds no
+    room."""
     jobs = tuple(
-        FabricJobView(j.view, j.racks, j.tree, duty=0.5)
+        FabricJobView(j.view, j.racks, j.tree, held=64.0)
         for j in (_job(i, {"tor0": 1, "tor1": 1}, left=10 * i) for i in range(1, 6))
     )
     out = make_fabric_policy("tiered", SPEC).aggregate(_snapshot(256, *jobs))
