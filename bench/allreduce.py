@@ -10,7 +10,8 @@ repetitions); each case prints its ratio to gloo's. Every result is checked agai
 ``workers.quant.error_bound`` and for being the same on every worker; a case outside the
 bound is flagged and the command exits 1. The default grid (`DEFAULT_GRID`) finishes in a
 minute or two on two cores; ``--full`` runs `FULL_GRID`. ``--json`` writes ``{"cases",
-"cpus"}``. Figures: ``docs/performance.md``.
+"cpus"}``. ``--topology FILE``: two levels of switches beside one level and gloo
+(``bench.allreduce_fabric``). Figures: ``docs/performance.md``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from p4ctl.protocol import SUPPORTED_LANES, Policy
+from p4ctl.protocol import MAX_WORKERS, SUPPORTED_LANES, Policy
 
 __all__ = [
     "GlooWorkers",
@@ -412,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     grid = _grid(parser, args)
     policies = [p for p in (args.policies or "esa,static").split(",") if p]
     cases = [(s, n) for s in grid.sizes_mb for n in grid.workers]
-    cases, reps = (cases[:1], 1) if args.quick else (cases, args.reps or 3)
+    cases, reps = (cases[:1], 1) if args.quick else (cases, 3 if args.reps is None else args.reps)
     rows: list[dict[str, Any]] = []
     print(_header(), flush=True)
     for size_mb, n in cases:
@@ -489,7 +490,9 @@ def _topology_args(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     workers = (
         _numbers(parser, "--workers", args.workers, int) if args.workers else [fab.DEFAULT_WORKERS]
     )
-    reps = 1 if args.quick else (args.reps or fab.DEFAULT_REPS)
+    if any(not 2 <= n <= MAX_WORKERS for n in workers):
+        parser.error(f"--workers: each must be 2..{MAX_WORKERS} (the contributor bitmap)")
+    reps = 1 if args.quick else (fab.DEFAULT_REPS if args.reps is None else args.reps)
     if reps < 1 or args.window < 1:
         parser.error("--reps and --window must be >= 1")
     return argparse.Namespace(

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from p4ctl.p4info import MAX_AGGREGATORS, MAX_LANE_CELLS
-from p4ctl.protocol import MAX_WORKERS, Policy
+from p4ctl.protocol import Policy
 
 from bench.allreduce import (
     MB,
@@ -81,8 +81,6 @@ def plan(fabric: Fabric, n: int, where: str) -> Plan:
     tors = fabric.tors[: min(n, len(fabric.tors))]
     if len(tors) < 2:
         raise TopologyError(f"{where}: two levels need at least two ToRs with workers")
-    if not 2 <= n <= MAX_WORKERS:
-        raise TopologyError(f"{where}: --workers must be 2..{MAX_WORKERS}, got {n}")
     # One P4 program, one register size: a hashed index is the same at every level (7.2).
     pools = {fabric.root.aggregators, *(t.aggregators for t in tors)}
     if len(pools) != 1:
@@ -91,6 +89,8 @@ def plan(fabric: Fabric, n: int, where: str) -> Plan:
             f"got {sorted(pools)}"
         )
     (aggregators,) = pools
+    if aggregators < 2:
+        raise TopologyError(f"{where}: a static job's slot of two copies needs 2 aggregators")
     if aggregators > MAX_AGGREGATORS or aggregators * fabric.lanes > MAX_LANE_CELLS:
         raise TopologyError(
             f"{where}: {aggregators} aggregators of {fabric.lanes} lanes are more than a soft "
@@ -132,7 +132,7 @@ def _switch_path(
     racks = p.racks if levels == 2 else (tuple(range(p.workers)),)
     static = Policy.parse(policy) == Policy.STATIC
     # Half the pool, as bench.allreduce's: the same partition at either level (7.2).
-    part = 1 << (p.aggregators // 2).bit_length() - 1 if static else 0
+    part = 1 << ((p.aggregators // 2).bit_length() - 1) if static else 0
     with ExitStack() as stack:
 
         def started(parent: tuple[str, int] | None) -> ProgrammedSwitch:

@@ -61,9 +61,20 @@ def test_a_topology_it_cannot_wire_is_one_line_and_exit_2(
     assert says in err and err.count("\n") == 1 and "Traceback" not in err
 
 
-def test_k_comes_from_the_file() -> None:
+def test_a_missing_file_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--topology", str(tmp_path / "none.json")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "flags", [["--lanes", "256"], ["--full"], ["--workers", "1"], ["--sizes", "x"], ["--reps", "0"]]
+)
+def test_flags_the_file_decides_or_out_of_range_are_usage_errors(flags: list[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
-        main(["--topology", str(TOPOLOGY), "--lanes", "256"])
+        main(["--topology", str(TOPOLOGY), *flags])
     assert exit_.value.code == 2
 
 
