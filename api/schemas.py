@@ -364,8 +364,27 @@ class SwitchCountersPublic(BaseModel):
     drops: dict[str, int] = Field(description="drop reason (lower case) -> packets")
 
 
+class FabricSwitchPublic(BaseModel):
+    """One switch of a fabric: its memory map and counters as last read, where its data
+    plane is, and why it is lost (it stopped answering; empty while it answers)."""
+
+    name: str
+    data: str = Field(description="`HOST:PORT` of its UDP data plane")
+    lost: str = Field("", description="why the service lost the switch; empty while it answers")
+    aggregators: int
+    lanes: int
+    runs: list[tuple[int, int, int, int]] = Field(
+        description="[start, length, job_id, state] over non-free aggregators"
+    )
+    counters: SwitchCountersPublic
+    unavailable: str = ""
+    counters_unavailable: str = ""
+
+
 class SwitchPublic(BaseModel):
-    """The switch's memory map and counters, as last read."""
+    """The switch's memory map and counters, as last read; on a fabric, the fabric's (an
+    aggregator is a job's on every switch of its tree; counters are the ToRs') and, in
+    `switches`, every switch's own."""
 
     aggregators: int
     lanes: int
@@ -383,6 +402,11 @@ class SwitchPublic(BaseModel):
         description="why the switch's counters are unknown (it serves no counter reads: "
         "counters are empty, which does not mean none counted, and workers' reported progress "
         "is not verified); empty when they were read",
+    )
+    switches: list[FabricSwitchPublic] = Field(
+        default_factory=list,
+        description="on a fabric (`INASCHED_SWITCH_TOPOLOGY`), every switch, in the topology "
+        "file's order; empty on a single switch",
     )
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from p4ctl.backend import parse_wiring
 from p4ctl.p4info import MAX_AGGREGATORS
 from p4ctl.protocol import MAX_JOBS
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.schemas import MAX_GRADIENT_BYTES
@@ -139,6 +139,12 @@ class SwitchSettings(_Section):
         description="the embedded switch and PS send bursts as UDP GSO super-datagrams; "
         "`false`: one datagram at a time",
     )
+    topology: Path | None = Field(
+        default=None,
+        description="a topology file (`docs/topology.md`): the service runs a fabric of "
+        "switches, a P4Runtime connection to each; it connects to a switch at the file's "
+        "`p4runtime` address, and starts one without as a soft switch process on loopback",
+    )
 
     @field_validator("lanes")
     @classmethod
@@ -153,6 +159,16 @@ class SwitchSettings(_Section):
         if value not in ("embedded", "memory"):
             parse_hostport(value)
         return value
+
+    @model_validator(mode="after")
+    def _fabric_of_its_own(self) -> SwitchSettings:
+        if self.topology is not None and self.target != "embedded":
+            raise ValueError(
+                f"a topology names its own switches: switch.target {self.target!r} is not used "
+                "with it; a switch with a p4runtime address in the file is connected to, one "
+                "without is started here"
+            )
+        return self
 
     @field_validator("ports")
     @classmethod

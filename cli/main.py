@@ -1,6 +1,7 @@
 """``inasched``: the command line of the project.
 
     inasched up [--demo] [--switch HOST:PORT --switch-data HOST:PORT] [--ps HOST:PORT] ...
+    inasched up --topology FILE               (a fabric: a soft switch process per switch)
     inasched up --standby --database-url URL ...   (a second service that takes over)
     inasched demo [--service URL --token T]
     inasched jobs list|submit|cancel ...      (--service/INASCHED_URL, --token/INASCHED_TOKEN)
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
     import uvicorn
     from fastapi import FastAPI
 
+    from api.coordinator.fabricplane import FabricAddresses
+
 __all__ = ["build_parser", "main"]
 
 # Subcommands owned by other packages: name -> module whose main(argv) runs it. Imported only
@@ -95,7 +98,7 @@ FLAG_SETTINGS = {
     "host": "http.host", "port": "http.port", "data_dir": "data_dir",
     "database_url": "database.url", "switch": "switch.target", "switch_data": "switch.data",
     "switch_device_id": "switch.device_id", "switch_thrift": "switch.thrift",
-    "switch_ports": "switch.ports",
+    "switch_ports": "switch.ports", "topology": "switch.topology",
     "p4_config": "switch.p4_config", "ps": "ps.address", "aggregators": "switch.aggregators",
     "lanes": "switch.lanes", "policy": "policy.policy", "priority": "policy.priority",
     "standby": "standby.enabled",
@@ -135,6 +138,11 @@ def _add_service_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--p4-config", help="that switch's device config: the JSON p4c-bm2-ss writes, for BMv2"
+    )
+    p.add_argument(
+        "--topology",
+        help="a topology file (docs/topology.md): a fabric of switches, one soft switch "
+        "process each on loopback (embedded), or the file's P4Runtime addresses",
     )
     p.add_argument("--ps", help="HOST:PORT of an external parameter server")
     p.add_argument(
@@ -348,7 +356,16 @@ def _serve(args: argparse.Namespace, *, demo: bool, keep_serving: bool) -> int:
             ExitCode.UNREACHABLE,
         )
     _tune_interpreter()
-    _announce(url, settings, leading=service.leading, tenant=args.tenant, token=token, fate=fate)
+    fabric = service.plane.fabric if service.plane is not None else None
+    _announce(
+        url,
+        settings,
+        leading=service.leading,
+        tenant=args.tenant,
+        token=token,
+        fate=fate,
+        fabric=fabric,
+    )
     try:
         _serve_until_stopped(url, token, thread, demo=demo, keep_serving=keep_serving)
     finally:
@@ -367,6 +384,7 @@ def _start_service(args: argparse.Namespace) -> tuple[Settings, FastAPI, str, st
     from api.http.app import create_app
     from api.store.db import DatabaseUnavailable
     from api.store.tokens import BadTenantName, check_tenant_name
+    from scheduler.errors import TopologyError
 
     try:
         check_tenant_name(args.tenant)
@@ -380,6 +398,8 @@ def _start_service(args: argparse.Namespace) -> tuple[Settings, FastAPI, str, st
     service = app.state.service
     try:
         service.start()
+    except TopologyError as exc:
+        return fail(f"cannot start: {exc}", ExitCode.USAGE)
     except (SwitchError, OSError, ValueError, DatabaseUnavailable) as exc:
         return fail(f"cannot start: {exc}", ExitCode.UNREACHABLE)
     with service.sessions() as session:
@@ -412,13 +432,23 @@ def _listening(server: uvicorn.Server, thread: threading.Thread) -> bool:
 
 
 def _announce(
-    url: str, settings: Settings, *, leading: bool, tenant: str, token: str, fate: str
+    url: str,
+    settings: Settings,
+    *,
+    leading: bool,
+    tenant: str,
+    token: str,
+    fate: str,
+    fabric: FabricAddresses | None = None,
 ) -> None:
     if not leading:
         print(f"inasched is standing by at {url}/: it serves reads and takes over when the "
               "service that holds the store stops", flush=True)  # fmt: skip
     policy = settings.policy.policy
     print(f"inasched is up: dashboard {url}/  (policy {policy})", flush=True)
+    if fabric is not None:
+        for name, (p4runtime, data) in fabric.switches.items():
+            print(f"switch {name}: data {data.host}:{data.port}, P4Runtime {p4runtime}", flush=True)
     print(f"tenant '{tenant}' token: {token} ({fate})", flush=True)
     print("Ctrl-C stops everything.", flush=True)
 

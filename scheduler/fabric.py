@@ -17,6 +17,7 @@ that is the service's data-plane addresses.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import re
@@ -45,6 +46,7 @@ __all__ = [
     "fabric_dict",
     "load_fabric",
     "parse_fabric",
+    "parse_address",
     "two_level_fabric",
 ]
 
@@ -100,6 +102,28 @@ def _lanes(value: object, what: str) -> int:
     return value
 
 
+def parse_address(value: object, what: str) -> tuple[str, int]:
+    """``"HOST:PORT"`` -> ``(host, port)``, port 0..65535 (0: any free one, where the switch
+    is started here); `TopologyError` naming `what` otherwise."""
+    text = value if isinstance(value, str) else ""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise TopologyError(f"{what}: must be HOST:PORT with a port in 0..65535, got {value!r}")
+    return host, int(port)
+
+
+def _network(value: object, what: str) -> ipaddress.IPv4Network:
+    """A worker network: an IPv4 CIDR (``10.0.1.0/24``) or one address (a /32)."""
+    try:
+        if not isinstance(value, str):
+            raise ValueError
+        return ipaddress.IPv4Network(value)
+    except ValueError:
+        raise TopologyError(
+            f"{what}: must be an IPv4 network (10.0.1.0/24, no host bits) or address, got {value!r}"
+        ) from None
+
+
 def _name(value: object, what: str) -> str:
     if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise TopologyError(f"{what}: must be a name of letters, digits, _ . -, got {value!r}")
@@ -108,27 +132,35 @@ def _name(value: object, what: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Rack:
-    """The servers under one ToR: `servers` of the fabric's GPUs each, on `server_gbps` links."""
+    """The servers under one ToR: `servers` of the fabric's GPUs each, on `server_gbps` links,
+    and the `networks` (IPv4 CIDRs) their worker processes send from: a worker whose address
+    is in one learns this ToR's data address when it joins."""
 
     servers: int = SERVERS_PER_RACK
     server_gbps: float = SERVER_GBPS
+    networks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _whole(self.servers, "servers")
         _positive(self.server_gbps, "server_gbps")
+        for i, net in enumerate(self.networks):
+            _network(net, f"networks[{i}]")
 
 
 @dataclass(frozen=True, slots=True)
 class Switch:
     """One switch: its pool of `aggregators`, its `parent` (None at the root), the
     `oversubscription` of its uplink (downlink over uplink capacity; 1 at the root, which has
-    no uplink), and its `rack` if it is a ToR (a leaf)."""
+    no uplink), its `rack` if it is a ToR (a leaf), and where a running switch answers: its
+    UDP `data` and `p4runtime` addresses (``HOST:PORT``; None: started here on loopback)."""
 
     name: str
     aggregators: int = TOFINO1_AGGREGATORS
     parent: str | None = None
     oversubscription: float = OVERSUBSCRIPTION
     rack: Rack | None = None
+    data: str | None = None
+    p4runtime: str | None = None
 
     def __post_init__(self) -> None:
         _name(self.name, "name")
@@ -136,6 +168,9 @@ class Switch:
         if self.parent is not None:
             _name(self.parent, f"switch {self.name!r}: parent")
         _positive(self.oversubscription, f"switch {self.name!r}: oversubscription")
+        for key in ("data", "p4runtime"):
+            if getattr(self, key) is not None:
+                parse_address(getattr(self, key), f"switch {self.name!r}: {key}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +215,35 @@ class Fabric:
         object.__setattr__(self, "_children", {k: tuple(v) for k, v in children.items()})
         for switch in self.switches:
             self._check_place(switch)
+        self._check_networks()
+
+    def _check_networks(self) -> None:
+        """No worker network under two ToRs (one that holds another is the same network
+        twice: a worker in both would have two ToRs); no address given to two switches."""
+        seen: list[tuple[ipaddress.IPv4Network, str]] = []
+        for tor in self.tors:
+            assert tor.rack is not None
+            for i, text in enumerate(tor.rack.networks):
+                net = _network(text, f"switch {tor.name!r}: rack.networks[{i}]")
+                other = next(((n, t) for n, t in seen if n.overlaps(net)), None)
+                if other is not None:
+                    raise TopologyError(
+                        f"switch {tor.name!r}: rack.networks[{i}]: {text} overlaps {other[0]} "
+                        f"of {other[1]!r}: a worker's address must name one ToR"
+                    )
+                seen.append((net, tor.name))
+        taken: dict[tuple[str, int], str] = {}
+        for switch in self.switches:
+            for key in ("data", "p4runtime"):
+                text = getattr(switch, key)
+                if text is None or parse_address(text, key)[1] == 0:
+                    continue
+                where = parse_address(text, key)
+                if where in taken:
+                    raise TopologyError(
+                        f"switch {switch.name!r}: {key}: {text} is also {taken[where]}"
+                    )
+                taken[where] = f"{switch.name!r}'s {key}"
 
     def _check_place(self, switch: Switch) -> None:
         seen = {switch.name}
@@ -221,6 +285,22 @@ class Fabric:
     def tors(self) -> tuple[Switch, ...]:
         """The leaves, each with its rack, in file order: the racks a job is placed on."""
         return tuple(s for s in self.switches if not self._children[s.name])
+
+    def tor_of(self, host: str) -> Switch | None:
+        """The ToR whose rack's networks hold the IPv4 address `host` (the longest prefix
+        that does), or None: a name, or an address under no ToR."""
+        try:
+            address = ipaddress.IPv4Address(host)
+        except ValueError:
+            return None
+        best: tuple[int, Switch] | None = None
+        for tor in self.tors:
+            assert tor.rack is not None
+            for text in tor.rack.networks:
+                net = ipaddress.IPv4Network(text)
+                if address in net and (best is None or net.prefixlen > best[0]):
+                    best = (net.prefixlen, tor)
+        return None if best is None else best[1]
 
     def children(self, name: str) -> tuple[str, ...]:
         """The switches whose parent is `name`, in file order."""
@@ -341,8 +421,8 @@ def two_level_fabric(
 
 
 _TOP = ("lanes", "gpus_per_server", "switches")
-_SWITCH = ("name", "aggregators", "parent", "oversubscription", "rack")
-_RACK = ("servers", "server_gbps")
+_SWITCH = ("name", "aggregators", "parent", "oversubscription", "rack", "data", "p4runtime")
+_RACK = ("servers", "server_gbps", "networks")
 
 
 def _object(value: object, what: str, keys: Sequence[str]) -> Mapping[str, Any]:
@@ -367,10 +447,19 @@ def _switch(value: object, what: str) -> Switch:
     rack = None
     if raw.get("rack") is not None:
         rack_raw = _object(raw["rack"], f"{what}.rack", _RACK)
+        networks = rack_raw.get("networks", [])
+        if not isinstance(networks, list):
+            raise TopologyError(
+                f"{what}.rack.networks: must be a list of IPv4 networks, got {networks!r}"
+            )
         rack = Rack(
             _whole(rack_raw.get("servers", SERVERS_PER_RACK), f"{what}.rack.servers"),
             _positive(rack_raw.get("server_gbps", SERVER_GBPS), f"{what}.rack.server_gbps"),
+            tuple(str(_network(n, f"{what}.rack.networks[{i}]")) for i, n in enumerate(networks)),
         )
+    for key in ("data", "p4runtime"):
+        if raw.get(key) is not None:
+            parse_address(raw[key], f"{what}.{key}")
     if parent is None and "oversubscription" in raw:
         raise TopologyError(
             f"{what}.oversubscription: the root has no uplink to oversubscribe; leave it out"
@@ -381,6 +470,8 @@ def _switch(value: object, what: str) -> Switch:
         parent,
         _positive(raw.get("oversubscription", OVERSUBSCRIPTION), f"{what}.oversubscription"),
         rack,
+        raw.get("data"),
+        raw.get("p4runtime"),
     )
 
 
@@ -442,6 +533,9 @@ def fabric_dict(fabric: Fabric) -> dict[str, Any]:
             entry |= {"parent": s.parent, "oversubscription": s.oversubscription}
         if s.rack is not None:
             entry["rack"] = {"servers": s.rack.servers, "server_gbps": s.rack.server_gbps}
+            if s.rack.networks:
+                entry["rack"]["networks"] = list(s.rack.networks)
+        entry |= {k: getattr(s, k) for k in ("data", "p4runtime") if getattr(s, k) is not None}
         switches.append(entry)
     return {"lanes": fabric.lanes, "gpus_per_server": fabric.gpus_per_server, "switches": switches}
 

@@ -101,6 +101,9 @@ def switch_view(
 def view_job_ids(view: SwitchPublic) -> set[int]:
     """The service job ids `view` names, in its runs and its counters."""
     ids = {job_id for _, _, job_id, _ in view.runs if job_id > 0}
+    for one in view.switches:
+        ids |= {job_id for _, _, job_id, _ in one.runs if job_id > 0}
+        ids |= {int(k) for k in one.counters.jobs}
     return ids | {int(k) for k in view.counters.jobs}
 
 
@@ -125,8 +128,30 @@ def tenant_switch_view(view: SwitchPublic, mine: Collection[int]) -> SwitchPubli
     they are; other tenants' aggregators as anonymous occupancy (job id `OTHER_TENANTS`, runs
     of one state merged so that their boundaries do not count other tenants' jobs), and no
     counters of theirs. Drop counters are the switch's and stay."""
+    return SwitchPublic(
+        aggregators=view.aggregators,
+        lanes=view.lanes,
+        runs=_tenant_runs(view.runs, mine),
+        counters=_tenant_counters(view.counters, mine),
+        unavailable=view.unavailable,
+        counters_unavailable=view.counters_unavailable,
+        switches=[
+            one.model_copy(
+                update={
+                    "runs": _tenant_runs(one.runs, mine),
+                    "counters": _tenant_counters(one.counters, mine),
+                }
+            )
+            for one in view.switches
+        ],
+    )
+
+
+def _tenant_runs(
+    view_runs: Sequence[tuple[int, int, int, int]], mine: Collection[int]
+) -> list[tuple[int, int, int, int]]:
     runs: list[tuple[int, int, int, int]] = []
-    for start, length, job_id, state in view.runs:
+    for start, length, job_id, state in view_runs:
         if job_id > 0 and job_id not in mine:
             job_id = OTHER_TENANTS
             last = runs[-1] if runs else None
@@ -134,15 +159,12 @@ def tenant_switch_view(view: SwitchPublic, mine: Collection[int]) -> SwitchPubli
                 runs[-1] = (last[0], last[1] + length, OTHER_TENANTS, state)
                 continue
         runs.append((start, length, job_id, state))
-    jobs = {k: dict(v) for k, v in view.counters.jobs.items() if int(k) in mine}
-    return SwitchPublic(
-        aggregators=view.aggregators,
-        lanes=view.lanes,
-        runs=runs,
-        counters=SwitchCountersPublic(jobs=jobs, drops=dict(view.counters.drops)),
-        unavailable=view.unavailable,
-        counters_unavailable=view.counters_unavailable,
-    )
+    return runs
+
+
+def _tenant_counters(counters: SwitchCountersPublic, mine: Collection[int]) -> SwitchCountersPublic:
+    jobs = {k: dict(v) for k, v in counters.jobs.items() if int(k) in mine}
+    return SwitchCountersPublic(jobs=jobs, drops=dict(counters.drops))
 
 
 class TenantSwitchViews:

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from p4ctl.client import SwitchClient
     from p4ctl.softswitch import SoftSwitch
 
+    from api.coordinator.fabricplane import FabricAddresses
+
 __all__ = [
     "DISCARD",
     "DataPlane",
@@ -53,6 +55,8 @@ class DataPlane:
     registry: PsRegistry | None
     p4runtime: str | None = None
     closers: list[Callable[[], None]] = field(default_factory=list)
+    # A fabric of switches (INASCHED_SWITCH_TOPOLOGY) instead of one.
+    fabric: FabricAddresses | None = None
 
     @property
     def topology(self) -> Topology:

@@ -74,6 +74,9 @@ class PsLink:
         self._next_try = 0.0
         self._try = False  # the next call goes to the PS (a retry is due)
         self._owed: dict[int, _Registration] = {}  # restored jobs the PS has not taken yet
+        self._jobs: dict[int, _Registration] = {}  # what each job was registered with
+        # On a fabric: a job's switch (the top of its tree) and the switches below it.
+        self._routes: dict[int, tuple[tuple[str, int], tuple[tuple[str, int], ...]]] = {}
 
     @property
     def away(self) -> str | None:
@@ -100,10 +103,29 @@ class PsLink:
             with self._lock:
                 self._owed[job_id] = registration
 
+    def route(self, job_id: int, *, switch: Endpoint, children: tuple[Endpoint, ...]) -> None:
+        """On a fabric, once a job's tree is known: its PS answers the top of the tree
+        (`switch`) and takes packets from the switches below it too (`children`, the ToRs of
+        a job across racks; ``p4/PROTOCOL.md`` 7.2). Never raises: owed while the PS is away."""
+        with self._lock:
+            self._routes[job_id] = (
+                (switch.host, switch.port),
+                tuple((c.host, c.port) for c in children),
+            )
+            registration = self._jobs.get(job_id)
+        if registration is not None:
+            try:
+                self._call(registration, fresh=False)
+            except PsUnavailable:
+                with self._lock:
+                    self._owed[job_id] = registration
+
     def remove(self, job_id: int) -> None:
         """Have the PS forget switch job `job_id`; never raises (see the module docstring)."""
         with self._lock:
             self._owed.pop(job_id, None)
+            self._jobs.pop(job_id, None)
+            self._routes.pop(job_id, None)
         try:
             self._call(None, job_id=job_id)
         except PsUnavailable as exc:
@@ -136,6 +158,9 @@ class PsLink:
             if self._away is not None and not self._try:
                 raise PsUnavailable(self._away)
             self._try = False
+            if registration is not None:
+                self._jobs[registration.job_id] = registration
+                switch, children = self._routes.get(registration.job_id, (self.switch, ()))
         try:
             if registration is None:
                 self.registry.remove_job(job_id)
@@ -143,10 +168,11 @@ class PsLink:
                 self.registry.register_job(
                     registration.job_id,
                     registration.fan_in,
-                    switch=self.switch,
+                    switch=switch,
                     window=registration.window,
                     policy=registration.policy,
                     fresh=fresh,
+                    children=children,
                 )
         except (ControlError, ValueError, OSError) as exc:
             error = str(exc)[:_MAX_ERROR]

@@ -11,6 +11,7 @@ import logging
 from p4ctl.backend import Endpoint
 from sqlalchemy.orm import Session
 
+from api.coordinator.fabriclink import NotUnderATor
 from api.coordinator.inputs import check_progress
 from api.coordinator.scheduling import Coordinator
 from api.errors import Conflict, Invalid, NotFound
@@ -65,6 +66,10 @@ def join(coord: Coordinator, *, job_id: int, request: WorkerJoinRequest) -> Work
                 retry_after_s=1,
             )
         address = (str(request.data_host), request.data_port)
+        try:
+            data = coord.data_address_of(address[0])
+        except NotUnderATor as exc:
+            raise Invalid(("body", "data_host"), str(exc)) from None
         row = next((w for w in job.workers if (w.host, w.port) == address), None)
         if row is None:
             taken = {w.worker_id for w in job.workers}
@@ -81,12 +86,12 @@ def join(coord: Coordinator, *, job_id: int, request: WorkerJoinRequest) -> Work
             store = coord.store(s, {job.id: job})
             coord.applier.transition(store, job.id, JobState.RUNNING, now=coord.clock())
         s.commit()
-        answer = _join_answer(coord, job, row.worker_id)
+        answer = _join_answer(coord, job, row.worker_id, data)
     coord.publish_jobs([job])
     return answer
 
 
-def _join_answer(coord: Coordinator, job: Job, worker_id: int) -> WorkerJoin:
+def _join_answer(coord: Coordinator, job: Job, worker_id: int, switch: Endpoint) -> WorkerJoin:
     assert job.switch_job_id is not None and job.policy is not None
     topo = coord.topology
     if job.part_base is not None:
@@ -106,7 +111,7 @@ def _join_answer(coord: Coordinator, job: Job, worker_id: int) -> WorkerJoin:
             "worker_id": worker_id,
             "fan_in": job.n_workers,
             "policy": job.policy,
-            "switch": {"host": topo.switch_data.host, "port": topo.switch_data.port},
+            "switch": {"host": switch.host, "port": switch.port},
             "ps": {"host": topo.ps.host, "port": topo.ps.port},
             "lanes": coord.pool.lanes,
             "window": job.window,  # a static worker holds it to its partition (window_limit)

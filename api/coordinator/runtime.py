@@ -272,7 +272,13 @@ class Service:
         closers: list[Callable[[], None]] = []
         try:
             p4runtime = None
-            if self.given_backend is not None or settings.switch.target == "memory":
+            fabric = None
+            if settings.switch.topology is not None and self.given_backend is None:
+                from api.coordinator.fabricplane import open_fabric
+
+                fabric = open_fabric(settings, closers)
+                switch_data = fabric.root_data
+            elif self.given_backend is not None or settings.switch.target == "memory":
                 switch_data = endpoint(settings.switch.data) or DISCARD
             elif settings.switch.target == "embedded":
                 switch = self._embedded_switch(closers)
@@ -283,13 +289,17 @@ class Service:
         except BaseException:
             close_all(closers)
             raise
-        return DataPlane(switch_data, ps, registry, p4runtime, closers)
+        return DataPlane(switch_data, ps, registry, p4runtime, closers, fabric)
 
     def _control(self, plane: DataPlane, election: tuple[int, int]) -> SwitchBackend:
         """The term's switch backend: the given one, a new in-memory switch, or a P4Runtime
         client with `election` (closed with the term)."""
         if self.given_backend is not None:
             return self.given_backend
+        if plane.fabric is not None:
+            from api.coordinator.fabricplane import connect_fabric
+
+            return connect_fabric(plane.fabric, election, self.term)
         if self.settings.switch.target == "memory":
             return InMemorySwitch(self.settings.switch.aggregators, self.settings.switch.lanes)
         client = switch_client(self.settings, election, embedded=plane.p4runtime)

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict
 from datetime import datetime, timedelta
+from ipaddress import IPv4Network
 
 from p4ctl.backend import Endpoint, JobInstall, SwitchBackend
 from p4ctl.errors import SwitchError
@@ -33,6 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.coordinator.counters import settle_counters, switch_view, track_starvation
 from api.coordinator.durations import Durations
 from api.coordinator.events import Event, EventBus
+from api.coordinator.fabriclink import FabricSwitches, SwitchRead
 from api.coordinator.jobstore import SqlJobStore
 from api.coordinator.jobviews import QueueReasons, job_public, load_jobs
 from api.coordinator.progress import Claim, ProgressCheck
@@ -41,7 +43,7 @@ from api.coordinator.quotas import UNLIMITED, QuotaDefaults, hold_back, load_lim
 from api.coordinator.releaser import Releaser
 from api.coordinator.rounds import ACTIVE, HOLDING, ROUND_COLUMNS, TERMINAL, ActiveJobs, JobWaiters
 from api.coordinator.topology import PsRegistry, Topology
-from api.schemas import JobPublic, SwitchPublic
+from api.schemas import FabricSwitchPublic, JobPublic, SwitchPublic
 from api.store.crud import get_state, put_state
 from api.store.health import StoreHealth
 from api.store.models import Job, WorkerRow, utcnow
@@ -123,6 +125,9 @@ class Coordinator:
         # Without a data plane (the in-memory backend) there is nothing to hold reports to.
         self.progress = ProgressCheck(lanes=self.pool.lanes) if verify_progress else None
         self.releaser = Releaser(backend=backend, ps=self.ps, on_released=self._released)
+        if isinstance(backend, FabricSwitches) and self.ps is not None:
+            ps = self.ps
+            backend.on_tree = lambda sid, top, below: ps.route(sid, switch=top, children=below)
         self.applier = DecisionApplier(
             backend=backend,
             pool=self.pool,
@@ -275,6 +280,7 @@ class Coordinator:
         if failed or dirty or ps_retry:
             self.reschedule(wait=False)
         self.read_switch()
+        self._fail_jobs_of_lost_switches()
         self._settle_active_counters()
         self._check_progress()
 
@@ -605,16 +611,74 @@ class Coordinator:
         return view
 
     def switch_public(self, owners: Mapping[int, int] | None = None) -> SwitchPublic:
-        """The `/switch` view from the last read (job ids are the service's)."""
-        return switch_view(
+        """The `/switch` view from the last read (job ids are the service's); on a fabric,
+        with every switch's own in `switches`."""
+        owners = dict(self.owners) if owners is None else owners
+        view = switch_view(
             self.pool,
             self.occupancy_runs,
             self.counters,
             self.drops,
-            dict(self.owners) if owners is None else owners,
+            owners,
             self.occupancy_unavailable,
             self.counters_unavailable,
         )
+        if isinstance(self.backend, FabricSwitches):
+            view.switches = [
+                _fabric_switch(read, self.backend, owners) for read in self.backend.reads()
+            ]
+        return view
+
+    def fabric_data(self) -> list[Endpoint]:
+        """The data addresses of a fabric's switches (none on a single switch)."""
+        if isinstance(self.backend, FabricSwitches):
+            return list(self.backend.data.values())
+        return []
+
+    def fabric_networks(self) -> list[IPv4Network]:
+        """The worker networks of a fabric's racks: the topology says workers sit there."""
+        if not isinstance(self.backend, FabricSwitches):
+            return []
+        racks = [t.rack for t in self.backend.fabric.tors if t.rack is not None]
+        return [IPv4Network(net) for rack in racks for net in rack.networks]
+
+    def data_address_of(self, host: str) -> Endpoint:
+        """Where a worker at IPv4 `host` sends its gradients: on a fabric its ToR's data
+        address (`NotUnderATor` if the topology puts it under none), else the switch's."""
+        if isinstance(self.backend, FabricSwitches):
+            return self.backend.tor_of(host)[1]
+        return self.topology.switch_data
+
+    def _fail_jobs_of_lost_switches(self) -> None:
+        """On a fabric, fail every job holding memory whose tree (or, before all its workers
+        joined, whose workers' ToRs) holds a lost switch; releasing it frees its memory on
+        every other switch (`FabricSwitches.remove_job`)."""
+        if not isinstance(self.backend, FabricSwitches):
+            return
+        lost = self.backend.lost()
+        hit = self.backend.touching(lost) if lost else {}
+        owners = dict(self.owners)
+        doomed = {owners[sid]: name for sid, name in hit.items() if sid in owners}
+        if not doomed:
+            return
+        with self.lock, self.sessions() as s:
+            jobs = load_jobs(s, set(doomed))
+            store = self.store(s, jobs)
+            for job in jobs.values():
+                if not JobState(job.state).holds_memory:
+                    continue  # failed already, its release under way
+                name = doomed[job.id]
+                reason = (
+                    f"switch {name} of its tree went away ({lost[name]}); its memory on the "
+                    "other switches is freed"
+                )
+                self.applier.transition(
+                    store, job.id, JobState.FAILED, now=self.clock(), reason=reason
+                )
+                log.warning("job %d failed: %s", job.id, reason)
+            s.commit()
+        self.publish_jobs(store.changed.values())
+        self.reschedule(wait=False)
 
     def switch_payload(self) -> dict[str, object]:
         """The `/switch` view from the last read, as the event stream's JSON."""
@@ -712,3 +776,25 @@ class Coordinator:
             s.commit()
             self.policy, self.scheduler = spec, scheduler
         self.reschedule()
+
+
+def _fabric_switch(
+    read: SwitchRead, fabric: FabricSwitches, owners: Mapping[int, int]
+) -> FabricSwitchPublic:
+    """One switch of `fabric` as `/switch` lists it, from its last read."""
+    backend = fabric.switches[read.name]
+    one = switch_view(
+        Pool(aggregators=backend.aggregators, lanes=backend.lanes),
+        read.occupancy.runs(),
+        {sid: dict(c) for sid, c in read.counters.jobs.items()},
+        dict(read.counters.drops),
+        owners,
+        read.occupancy.unavailable,
+        read.counters.unavailable,
+    )
+    return FabricSwitchPublic(
+        name=read.name,
+        data=f"{read.data.host}:{read.data.port}",
+        lost=read.lost,
+        **one.model_dump(exclude={"switches"}),
+    )

@@ -23,6 +23,7 @@ class PsRegistry(Protocol):
         window: int | None = None,
         policy: str | None = None,
         fresh: bool = False,
+        children: tuple[tuple[str, int], ...] = (),
     ) -> None: ...
 
     def remove_job(self, job_id: int) -> None: ...

@@ -11,13 +11,15 @@ without samples and the rest is served, with ``inasched_store_fault_seconds`` sa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from api.coordinator.fabriclink import FabricSwitches
 from api.coordinator.scheduling import ACTIVE, TERMINAL, Coordinator
 from api.store.db import DatabaseUnavailable
 from api.store.health import KINDS, StoreHealth
@@ -151,48 +153,108 @@ def _jobs(session: Session) -> list[str]:
     )
 
 
+_USED = {1: "partial", 2: "complete", 3: "flushed"}
+_COUNTED = (
+    ("inasched_switch_preemptions_total", "job_preempted", "Partial sums preempted (esa)."),
+    ("inasched_switch_bypasses_total", "job_bypassed", "Fragments sent on to the PS."),
+    ("inasched_switch_aggregated_total", "job_aggregated", "Fragments aggregated."),
+    ("inasched_switch_resent_total", "job_resent", "Retransmissions seen."),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _SwitchRead:
+    """One switch as the families show it: its labels (``switch`` on a fabric) and last read."""
+
+    labels: dict[str, str]
+    aggregators: int
+    runs: Sequence[tuple[int, int, int, int]]
+    counters: Mapping[int, Mapping[str, int]]
+    drops: Mapping[str, int]
+
+
+def _switch_reads(coord: Coordinator) -> list[_SwitchRead]:
+    """The service's switch, or on a fabric every switch of it, labelled with its name."""
+    backend = coord.backend
+    if not isinstance(backend, FabricSwitches):
+        return [
+            _SwitchRead(
+                {}, coord.pool.aggregators, coord.occupancy_runs, coord.counters, coord.drops
+            )
+        ]
+    return [
+        _SwitchRead(
+            {"switch": read.name},
+            backend.switches[read.name].aggregators,
+            read.occupancy.runs(),
+            read.counters.jobs,
+            read.counters.drops,
+        )
+        for read in backend.reads()
+    ]
+
+
 def _switch(coord: Coordinator) -> list[str]:
     """The switch's families at the scheduler's last read: the pool and its aggregators in
-    use by state, the per-job counters summed over the jobs, and drops by reason."""
-    used: dict[int, int] = {}
-    for _, length, _, state in coord.occupancy_runs:
-        used[state] = used.get(state, 0) + length
-    names = {1: "partial", 2: "complete", 3: "flushed"}
+    use by state, the per-job counters summed over the jobs, and drops by reason; on a fabric
+    one series per switch (label ``switch``), and which switches are lost."""
+    reads = _switch_reads(coord)
     lines = _family(
         "inasched_switch_aggregators",
         "gauge",
         "Aggregators of the switch pool.",
-        [f"inasched_switch_aggregators {coord.pool.aggregators}"],
+        [f"inasched_switch_aggregators{_labels(**r.labels)} {r.aggregators}" for r in reads],
     )
+    used_lines = []
+    for read in reads:
+        used: dict[int, int] = {}
+        for _, length, _, state in read.runs:
+            used[state] = used.get(state, 0) + length
+        used_lines += [
+            f"inasched_switch_aggregators_used{_labels(**read.labels, state=n)} {used.get(st, 0)}"
+            for st, n in _USED.items()
+        ]
     lines += _family(
         "inasched_switch_aggregators_used",
         "gauge",
         "Aggregators not free, by state, at the last switch read.",
-        (
-            f"inasched_switch_aggregators_used{_labels(state=n)} {used.get(s, 0)}"
-            for s, n in names.items()
-        ),
+        used_lines,
     )
-    totals: dict[str, int] = {}
-    for counters in coord.counters.values():
-        for name, value in counters.items():
-            totals[name] = totals.get(name, 0) + value
-    for metric, counter, help_text in (
-        ("inasched_switch_preemptions_total", "job_preempted", "Partial sums preempted (esa)."),
-        ("inasched_switch_bypasses_total", "job_bypassed", "Fragments sent on to the PS."),
-        ("inasched_switch_aggregated_total", "job_aggregated", "Fragments aggregated."),
-        ("inasched_switch_resent_total", "job_resent", "Retransmissions seen."),
-    ):
-        lines += _family(metric, "counter", help_text, [f"{metric} {totals.get(counter, 0)}"])
+    totals: list[dict[str, int]] = []
+    for read in reads:
+        total: dict[str, int] = {}
+        for counters in read.counters.values():
+            for name, value in counters.items():
+                total[name] = total.get(name, 0) + value
+        totals.append(total)
+    for metric, counter, help_text in _COUNTED:
+        samples = [
+            f"{metric}{_labels(**r.labels)} {t.get(counter, 0)}"
+            for r, t in zip(reads, totals, strict=True)
+        ]
+        lines += _family(metric, "counter", help_text, samples)
     lines += _family(
         "inasched_switch_drops_total",
         "counter",
         "Packets dropped by the switch, by reason.",
         (
-            f"inasched_switch_drops_total{_labels(reason=r)} {n}"
-            for r, n in sorted(coord.drops.items())
+            f"inasched_switch_drops_total{_labels(**r.labels, reason=why)} {n}"
+            for r in reads
+            for why, n in sorted(r.drops.items())
         ),
     )
+    if isinstance(coord.backend, FabricSwitches):
+        lost = coord.backend.lost()
+        lines += _family(
+            "inasched_switch_lost",
+            "gauge",
+            "1 for a switch of the fabric that stopped answering (its jobs failed).",
+            (
+                f"inasched_switch_lost{_labels(switch=r.labels['switch'])} "
+                f"{int(r.labels['switch'] in lost)}"
+                for r in reads
+            ),
+        )
     return lines
 
 

@@ -257,6 +257,8 @@ class InMemorySwitch:
             aggregators, lanes
         )
         self._ports = PortMap()
+        # (job, another switch's address) -> whether it is below (in the job's group).
+        self._links: dict[tuple[int, Address], bool] = {}
 
     @property
     def registers(self) -> Registers:
@@ -274,12 +276,33 @@ class InMemorySwitch:
                     )
                 ]
             )
-        for key in [k for k in pipe.sources if k[0] == job.job_id and k[1] == PS_WORKER_ID]:
+        links = {a for (j, a) in self._links if j == job.job_id}
+        for key in [
+            k
+            for k in pipe.sources
+            if k[0] == job.job_id and k[1] == PS_WORKER_ID and k[2:] not in links
+        ]:
             del pipe.sources[key]
         host, udp_port = self._ports.by_port[ps_port]
         pipe.sources[(job.job_id, PS_WORKER_ID, host, udp_port)] = ps_port
         pipe.jobs[job.job_id] = job_config(job, ps_port)
         pipe.groups.setdefault(group_of(job.job_id), ())
+        self._sync_ports()
+
+    def add_link(self, job_id: int, endpoint: Endpoint, *, down: bool) -> None:
+        """Accept job `job_id`'s packets from another switch of its tree at `endpoint`, as
+        worker 255 (``p4/PROTOCOL.md`` 7.2): its parent, or (`down`) a child, which joins the
+        job's multicast group so that results go down to it."""
+        pipe = self.pipeline
+        if job_id not in pipe.jobs:
+            raise WriteFailed(
+                [UpdateError(0, "NOT_FOUND", f"job {job_id} is not installed; install_job first")]
+            )
+        address = endpoint.address()
+        port, _ = self._ports.assign(address)
+        pipe.sources[(job_id, PS_WORKER_ID, *address)] = port
+        self._links[(job_id, address)] = down
+        pipe.groups[group_of(job_id)] = self._worker_ports(job_id)
         self._sync_ports()
 
     def add_worker(self, job_id: int, worker_id: int, endpoint: Endpoint) -> None:
@@ -317,6 +340,7 @@ class InMemorySwitch:
             del pipe.sources[key]
         pipe.groups.pop(group_of(job_id), None)
         pipe.registers.reclaim_job(job_id)
+        self._links = {k: v for k, v in self._links.items() if k[0] != job_id}
         self._sync_ports()
 
     def installed_jobs(self) -> set[int]:
@@ -335,8 +359,8 @@ class InMemorySwitch:
     def _worker_ports(self, job_id: int) -> tuple[int, ...]:
         ports = {
             p
-            for (j, w, _, _), p in self.pipeline.sources.items()
-            if j == job_id and w != PS_WORKER_ID
+            for (j, w, host, udp), p in self.pipeline.sources.items()
+            if j == job_id and (w != PS_WORKER_ID or self._links.get((j, (host, udp))))
         }
         return tuple(sorted(ports))
 

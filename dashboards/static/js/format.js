@@ -140,3 +140,8 @@ export function el(tag, attrs = {}, ...children) {
   }
   return node;
 }
+
+// ImageData is RGBA bytes; on little-endian machines (all browsers in practice) a Uint32 is ABGR.
+export function pack([r, g, b]) {
+  return ((255 << 24) | (b << 16) | (g << 8) | r) >>> 0;
+}

@@ -3,8 +3,9 @@
 
 import { store } from "./store.js";
 import { dropCensus, renderDropDetail } from "./drops.js";
-import { FREE_RGB, count, el, jobRgb, packets, pct, rgbCss } from "./format.js";
+import { FREE_RGB, count, el, jobRgb, pack, packets, pct, rgbCss } from "./format.js";
 import { token } from "./api.js";
+import { FabricHeatmaps } from "./fabric.js";
 
 const STATES = { 1: "partial", 2: "complete", 3: "flushed" };
 const MAX_HEIGHT = 330; // px: keeps the heatmap and the jobs table on one laptop screen
@@ -24,6 +25,7 @@ export class Heatmap {
     this.unavailable = root.querySelector("#switch-unavailable");
     this.empty = root.querySelector("#heatmap-empty");
     this.dropDetail = root.querySelector("#drops-detail");
+    this.fabric = new FabricHeatmaps(root.querySelector("#fabric-heatmaps"));
     this.counterEls = {
       used: root.querySelector("#c-used"),
       preemptions: root.querySelector("#c-preemptions"),
@@ -67,6 +69,7 @@ export class Heatmap {
     this.draw(snap.aggregators);
     this.renderCounters(snap);
     this.renderJobLegend(snap);
+    this.fabric.render(snap);
   }
 
   // No snapshot: without a token the page gets none (the stream is per tenant), so say so
@@ -308,9 +311,4 @@ function findRun(runs, index) {
     else return runs[mid];
   }
   return null;
-}
-
-// ImageData is RGBA bytes; on little-endian machines (all browsers in practice) a Uint32 is ABGR.
-function pack([r, g, b]) {
-  return ((255 << 24) | (b << 16) | (g << 8) | r) >>> 0;
 }
