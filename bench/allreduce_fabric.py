@@ -125,9 +125,10 @@ def _switch_path(
 ) -> Iterator[InaWorkers]:
     """The job on a spine over `p`'s ToRs (`levels` 2) or on one switch (1), its PS and its
     workers, warm and idle; everything stopped on the way out."""
-    from p4ctl.rule import JobConfig
+    from p4ctl.backend import Endpoint, JobInstall
+    from p4ctl.client import SwitchClient
     from p4ctl.softswitch import SoftSwitch
-    from p4ctl.tree_install import ProgrammedSwitch, install_job_tree, program_switch
+    from p4ctl.tree_install import TreeSwitch, install_job_tree
 
     racks = p.racks if levels == 2 else (tuple(range(p.workers)),)
     static = Policy.parse(policy) == Policy.STATIC
@@ -135,15 +136,17 @@ def _switch_path(
     part = 1 << ((p.aggregators // 2).bit_length() - 1) if static else 0
     with ExitStack() as stack:
 
-        def started(parent: tuple[str, int] | None) -> ProgrammedSwitch:
+        def started(parent: tuple[str, int] | None) -> TreeSwitch:
             switch = SoftSwitch(aggregators=p.aggregators, lanes=p.lanes, parent=parent)
             stack.enter_context(switch.start())
-            programmed = program_switch(switch)
-            stack.callback(programmed.close)
-            return programmed
+            client = SwitchClient(
+                switch.p4runtime_address, aggregators=p.aggregators, lanes=p.lanes
+            )
+            stack.callback(client.close)
+            return TreeSwitch(client, switch.data_address)
 
         spine = started(None) if levels == 2 else None
-        up = spine.switch.data_address if spine is not None else None
+        up = spine.data if spine is not None else None
         tors = [started(up) for _ in racks]
         ps_address = ("127.0.0.1", _free_udp_port())
         if static:
@@ -152,7 +155,7 @@ def _switch_path(
             placement = {"kind": "hashed", "seed": 17, "pool": p.aggregators}
         bodies = [
             _join_body(
-                w, p.workers, policy, tor.switch.data_address, ps_address, p.lanes, window,
+                w, p.workers, policy, tor.data, ps_address, p.lanes, window,
                 placement,
             )
             for tor, ids in zip(tors, racks, strict=True)
@@ -161,11 +164,12 @@ def _switch_path(
         workers = InaWorkers(ctx, bodies, size, reps)
         stack.callback(workers.stop)
         endpoints = workers.endpoints()
-        cfg = JobConfig(JOB, Policy.parse(policy), p.workers, 0, part, mcast_group=JOB + 1)
+        job = JobInstall(JOB, Policy.parse(policy), p.workers, 0, part, ps=Endpoint(*ps_address))
         placed = [
-            (tor, {w: endpoints[w] for w in ids}) for tor, ids in zip(tors, racks, strict=True)
+            (tor, {w: Endpoint(*endpoints[w]) for w in ids})
+            for tor, ids in zip(tors, racks, strict=True)
         ]
-        tree = install_job_tree(cfg, placed, spine, ps_address)
+        tree = install_job_tree(job, placed, spine)
         stop = ctx.Event()
         ps = ctx.Process(
             target=_ps_process,

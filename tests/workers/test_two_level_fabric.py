@@ -3,8 +3,8 @@ third as spine, each programmed over its own P4Runtime server, 2 x 2 workers of 
 job, and the PS. Every switch drops 1% of what it receives (worker -> ToR, ToR -> spine,
 spine -> ToR, PS -> spine); every sum stays within the quantisation bound of the exact sum.
 
-Each ToR is started with its parent; `p4ctl.tree_install` writes 7.2's tables, from which the
-ToRs derive their two-level fields (7.7).
+Each ToR is started with its parent; `p4ctl.tree_install` writes 7.2's tables through each
+switch's `SwitchClient`, and the ToRs derive their two-level fields from them (7.7).
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from p4ctl.backend import Endpoint, JobInstall
+from p4ctl.client import SwitchClient
 from p4ctl.protocol import DropReason, Policy
-from p4ctl.rule import JobConfig
 from p4ctl.softswitch import SoftSwitch
-from p4ctl.tree_install import ProgrammedSwitch, install_job_tree, program_switch
+from p4ctl.tree_install import TreeSwitch, install_job_tree
 
 from workers.client import AllreduceClient, ClientOptions
 from workers.ps import ParameterServer
@@ -36,9 +37,10 @@ LOSS = 0.01
 
 @dataclass
 class Fabric:
-    spine: ProgrammedSwitch
-    tors: dict[str, ProgrammedSwitch]
+    spine: SoftSwitch
+    tors: dict[str, SoftSwitch]
     ps: ParameterServer
+    control: dict[str, TreeSwitch]  # by "spine" and each ToR's name
     clients: list[AllreduceClient] = field(default_factory=list)
 
     def install(
@@ -49,7 +51,8 @@ class Fabric:
         numbered across racks in order."""
         fan_in = sum(racks.values())
         base = 2 * PART * (job - 1)
-        cfg = JobConfig(job, policy, fan_in, base, PART, mcast_group=job + 1, priority=priority)
+        ps = Endpoint(*self.ps.address)
+        install = JobInstall(job, policy, fan_in, base, PART, ps=ps, priority=priority)
         workers: dict[int, AllreduceClient] = {}
         placed = []
         for name, count in racks.items():
@@ -57,21 +60,21 @@ class Fabric:
             ids = range(len(workers), len(workers) + count)
             for w in ids:
                 workers[w] = self._client(tor, job, w, fan_in, policy, base)
-            placed.append((tor, {w: workers[w].endpoint for w in ids}))
-        tree = install_job_tree(cfg, placed, self.spine, self.ps.address)
+            placed.append((self.control[name], {w: Endpoint(*workers[w].endpoint) for w in ids}))
+        tree = install_job_tree(install, placed, self.control["spine"])
         self.ps.register_job(
             job, fan_in, switch=tree.root, window=WINDOW, policy=policy, children=tree.children
         )
         return workers
 
     def _client(
-        self, tor: ProgrammedSwitch, job: int, worker: int, fan_in: int, policy: Policy, base: int
+        self, tor: SoftSwitch, job: int, worker: int, fan_in: int, policy: Policy, base: int
     ) -> AllreduceClient:
         if policy == Policy.STATIC:
             placement: dict[str, Any] = {"kind": "static", "part_base": base, "part_size": PART}
         else:
-            placement = {"kind": "hashed", "seed": 101 * job, "pool": tor.switch.aggregators}
-        host, port = tor.switch.data_address
+            placement = {"kind": "hashed", "seed": 101 * job, "pool": tor.aggregators}
+        host, port = tor.data_address
         body = {
             "job_id": job,
             "switch_job_id": job,
@@ -88,8 +91,15 @@ class Fabric:
         self.clients.append(client)
         return client
 
-    def counter(self, switch: ProgrammedSwitch, name: str, job: int) -> int:
-        return int(switch.switch.pipeline.job_packets[name][job])
+    def counter(self, switch: SoftSwitch, name: str, job: int) -> int:
+        return int(switch.pipeline.job_packets[name][job])
+
+
+def _control(switch: SoftSwitch) -> TreeSwitch:
+    client = SwitchClient(
+        switch.p4runtime_address, aggregators=switch.aggregators, lanes=switch.lanes
+    )
+    return TreeSwitch(client, switch.data_address)
 
 
 @pytest.fixture
@@ -109,18 +119,19 @@ def make_fabric() -> Iterator[Any]:
                 parent=spine.data_address,
             ).start()  # fmt: skip
             made.append(tor)
-            tors[name] = program_switch(tor)
+            tors[name] = tor
+        control = {name: _control(s) for name, s in (("spine", spine), *tors.items())}
         ps = ParameterServer().start()
         made.append(ps)
-        fabrics.append(Fabric(program_switch(spine), tors, ps))
+        fabrics.append(Fabric(spine, tors, ps, control))
         return fabrics[-1]
 
     yield make
     for fab in fabrics:
         for client in fab.clients:
             client.close()
-        for p in (fab.spine, *fab.tors.values()):
-            p.close()
+        for wired in fab.control.values():
+            wired.client.close()
     for thing in reversed(made):
         thing.stop()
 
@@ -169,11 +180,11 @@ def test_a_cross_rack_job_is_exact_under_loss_and_an_in_rack_job_never_touches_t
     _allreduce_exactly({1: cross, 2: inside}, ROUNDS)
     spine = fabric.spine
     assert fabric.counter(spine, "job_aggregated", 1) > 0  # the ToRs' sums met at the spine
-    assert all(int(cells[2]) == 0 for cells in spine.switch.pipeline.job_packets.values()), (
+    assert all(int(cells[2]) == 0 for cells in spine.pipeline.job_packets.values()), (
         "the in-rack job reached the spine"
     )
     lost = sum(
-        int(p.switch.pipeline.drop_packets[DropReason.INJECTED_LOSS])
+        int(p.pipeline.drop_packets[DropReason.INJECTED_LOSS])
         for p in (spine, *fabric.tors.values())
     )
     assert lost > 0, "no loss was injected"
