@@ -10,7 +10,8 @@ repetitions); each case prints its ratio to gloo's. Every result is checked agai
 ``workers.quant.error_bound`` and for being the same on every worker; a case outside the
 bound is flagged and the command exits 1. The default grid (`DEFAULT_GRID`) finishes in a
 minute or two on two cores; ``--full`` runs `FULL_GRID`. ``--json`` writes ``{"cases",
-"cpus"}``. Figures: ``docs/performance.md``.
+"cpus"}``. ``--topology FILE``: two levels of switches beside one level and gloo
+(``bench.allreduce_fabric``). Figures: ``docs/performance.md``.
 """
 
 from __future__ import annotations
@@ -32,9 +33,17 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from p4ctl.protocol import SUPPORTED_LANES
+from p4ctl.protocol import MAX_WORKERS, SUPPORTED_LANES, Policy
 
-__all__ = ["Timing", "check_result", "main", "run_gloo", "run_inasched"]
+__all__ = [
+    "GlooWorkers",
+    "InaWorkers",
+    "Timing",
+    "check_result",
+    "main",
+    "run_gloo",
+    "run_inasched",
+]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +78,7 @@ class Timing:
     within_bound: bool
     worst_error: float  # largest |result - exact| / bound over every element and repetition
     identical: bool
+    digests: tuple[str, ...] = ()  # worker 0's sum, per repetition
 
     @property
     def median_s(self) -> float:
@@ -137,15 +147,17 @@ def _ina_worker(
     spent, results = [], []
     with AllreduceClient(parse_join(body), options=ClientOptions(timeout_s=60.0)) as client:
         ports.put((body["worker_id"], client.endpoint))
-        go.wait()
+        go.wait()  # the switch knows every worker
         client.allreduce(x[:4096], key="warmup")
+        go.wait()  # every worker is warm and idle
         for _ in range(reps):
             go.wait()
             start = time.perf_counter()
             results.append(client.allreduce(x, key="tensor"))
             spent.append(time.perf_counter() - start)
-        # Checked once every worker has its last result: on 2 cores a check beside another
-        # worker's allreduce would slow that one down.
+            go.wait()  # every worker is done: another path may be timed next
+        # Checked once the caller has timed everything: on 2 cores a check beside an
+        # allreduce, this job's or another path's, would slow that one down.
         go.wait()
     worst, digests = 0.0, []
     exponents = np.full(-(-size // lanes), DEFAULT_EXPONENT, np.int8)
@@ -157,7 +169,9 @@ def _ina_worker(
     times.put((spent, worst, digests))
 
 
-def _gloo_worker(rank: int, world: int, port: int, size: int, reps: int, times: Queue[Any]) -> None:
+def _gloo_worker(
+    rank: int, world: int, port: int, size: int, reps: int, times: Queue[Any], go: Barrier
+) -> None:
     import torch
     import torch.distributed as dist
 
@@ -167,13 +181,16 @@ def _gloo_worker(rank: int, world: int, port: int, size: int, reps: int, times: 
     )
     x = torch.from_numpy(_inputs(rank, size))
     dist.all_reduce(x[:4096].clone())
+    go.wait()  # every rank is warm and idle
     spent = []
     for _ in range(reps):
-        dist.barrier()
+        go.wait()
         y = x.clone()
         start = time.perf_counter()
         dist.all_reduce(y)
         spent.append(time.perf_counter() - start)
+        go.wait()
+    go.wait()  # the caller has timed everything
     times.put(spent)
     dist.destroy_process_group()
 
@@ -263,48 +280,124 @@ def _join_body(
     }
 
 
+# A barrier that waits longer than this means a process died or hung: the run stops.
+STEP_TIMEOUT_S = 600.0
+
+
+class InaWorkers:
+    """Worker processes of job 1, one per join body, stepped by the caller: `endpoints` (once
+    each has its socket), `ready` (once the switch knows them all: the warm-up runs), `step`
+    (one timed allreduce by every worker) `reps` times, then `finish`."""
+
+    def __init__(self, ctx: Any, bodies: list[dict[str, Any]], size: int, reps: int) -> None:
+        self.n = len(bodies)
+        self._ports, self._times = ctx.Queue(), ctx.Queue()
+        self._go = ctx.Barrier(self.n + 1)
+        self._procs = [
+            ctx.Process(
+                target=_ina_worker, args=(b, size, reps, self._ports, self._go, self._times)
+            )
+            for b in bodies
+        ]
+        for proc in self._procs:
+            proc.start()
+
+    def endpoints(self) -> dict[int, tuple[str, int]]:
+        """Each worker's data address, by worker id."""
+        return dict(self._ports.get(timeout=120) for _ in range(self.n))
+
+    def ready(self) -> None:
+        self._go.wait(STEP_TIMEOUT_S)
+        self._go.wait(STEP_TIMEOUT_S)
+
+    def step(self) -> None:
+        self._go.wait(STEP_TIMEOUT_S)
+        self._go.wait(STEP_TIMEOUT_S)
+
+    def finish(self) -> Timing:
+        """Let the workers check their sums; their times and checks."""
+        self._go.wait(STEP_TIMEOUT_S)
+        results = [self._times.get(timeout=STEP_TIMEOUT_S) for _ in range(self.n)]
+        worst = max(r[1] for r in results)
+        return Timing(
+            runs_s=_slowest([r[0] for r in results], self._procs),
+            within_bound=worst <= 1.0,
+            worst_error=worst,
+            identical=all(r[2] == results[0][2] for r in results),
+            digests=tuple(results[0][2]),
+        )
+
+    def stop(self) -> None:
+        """End any worker still running (after a failure elsewhere); safe after `finish`."""
+        for proc in self._procs:
+            if proc.is_alive():
+                proc.terminate()
+            proc.join(timeout=30)
+
+
 def _time_workers(
     ctx: Any, control: Any, bodies: list[dict[str, Any]], size: int, reps: int
 ) -> Timing:
-    """Start a worker process per join body, register each with the switch, step them through
-    the warm-up and `reps` allreduces together, and collect their times and checks."""
+    """Register each worker with the switch and step them through `reps` allreduces."""
     from p4ctl.backend import Endpoint
 
-    n = len(bodies)
-    ports, times = ctx.Queue(), ctx.Queue()
-    go = ctx.Barrier(n + 1)
-    procs = []
-    for body in bodies:
-        proc = ctx.Process(target=_ina_worker, args=(body, size, reps, ports, go, times))
-        proc.start()
-        procs.append(proc)
-    for _ in range(n):
-        wid, endpoint = ports.get(timeout=120)
-        control.add_worker(1, wid, Endpoint(*endpoint))
-    for _ in range(reps + 2):  # the warm-up, each repetition, the checks
-        go.wait()
-    results = [times.get(timeout=600) for _ in range(n)]
-    worst = max(r[1] for r in results)
-    return Timing(
-        runs_s=_slowest([r[0] for r in results], procs),
-        within_bound=worst <= 1.0,
-        worst_error=worst,
-        identical=all(r[2] == results[0][2] for r in results),
-    )
+    workers = InaWorkers(ctx, bodies, size, reps)
+    try:
+        for wid, endpoint in workers.endpoints().items():
+            control.add_worker(1, wid, Endpoint(*endpoint))
+        workers.ready()
+        for _ in range(reps):
+            workers.step()
+        return workers.finish()
+    finally:
+        workers.stop()
+
+
+class GlooWorkers:
+    """`n` gloo processes on loopback, stepped by the caller as `InaWorkers` are; `finish`
+    returns the seconds per repetition (the slowest rank)."""
+
+    def __init__(self, ctx: Any, n: int, size: int, reps: int) -> None:
+        self._times = ctx.Queue()
+        self._go = ctx.Barrier(n + 1)
+        port = _free_tcp_port()
+        self._procs = [
+            ctx.Process(target=_gloo_worker, args=(r, n, port, size, reps, self._times, self._go))
+            for r in range(n)
+        ]
+        for proc in self._procs:
+            proc.start()
+
+    def ready(self) -> None:
+        self._go.wait(STEP_TIMEOUT_S)
+
+    def step(self) -> None:
+        self._go.wait(STEP_TIMEOUT_S)
+        self._go.wait(STEP_TIMEOUT_S)
+
+    def finish(self) -> list[float]:
+        self._go.wait(STEP_TIMEOUT_S)
+        spent = [self._times.get(timeout=STEP_TIMEOUT_S) for _ in self._procs]
+        return _slowest(spent, self._procs)
+
+    def stop(self) -> None:
+        for proc in self._procs:
+            if proc.is_alive():
+                proc.terminate()
+            proc.join(timeout=30)
 
 
 def run_gloo(n: int, size: int, reps: int) -> list[float]:
     """Seconds per gloo allreduce of `size` floats over `n` processes on loopback, per
     repetition (the slowest worker)."""
-    ctx = mp.get_context("spawn")
-    times = ctx.Queue()
-    port = _free_tcp_port()
-    procs = [
-        ctx.Process(target=_gloo_worker, args=(r, n, port, size, reps, times)) for r in range(n)
-    ]
-    for p in procs:
-        p.start()
-    return _slowest([times.get(timeout=600) for _ in range(n)], procs)
+    gloo = GlooWorkers(mp.get_context("spawn"), n, size, reps)
+    try:
+        gloo.ready()
+        for _ in range(reps):
+            gloo.step()
+        return gloo.finish()
+    finally:
+        gloo.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -313,10 +406,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.topology is not None:
+        from bench.allreduce_fabric import run
+
+        return run(_topology_args(parser, args))
     grid = _grid(parser, args)
-    policies = [p for p in args.policies.split(",") if p]
+    policies = [p for p in (args.policies or "esa,static").split(",") if p]
     cases = [(s, n) for s in grid.sizes_mb for n in grid.workers]
-    cases, reps = (cases[:1], 1) if args.quick else (cases, args.reps)
+    cases, reps = (cases[:1], 1) if args.quick else (cases, 3 if args.reps is None else args.reps)
     rows: list[dict[str, Any]] = []
     print(_header(), flush=True)
     for size_mb, n in cases:
@@ -343,15 +440,70 @@ def _parser() -> argparse.ArgumentParser:
     grid = parser.add_mutually_exclusive_group()
     grid.add_argument("--quick", action="store_true", help="first size and workers, 1 repetition")
     grid.add_argument("--full", action="store_true", help="every size, worker count and k")
-    parser.add_argument("--policies", default="esa,static", help="comma-separated")
+    parser.add_argument(
+        "--topology",
+        type=Path,
+        metavar="FILE",
+        help="two levels (the file's ToRs under its spine) beside one level and gloo "
+        "(bench.allreduce_fabric); k and the pool size come from the file",
+    )
+    parser.add_argument(
+        "--policies", help="comma-separated (default esa,static; esa with a topology)"
+    )
     parser.add_argument(
         "--lanes", help=f"comma-separated k, of {', '.join(map(str, SUPPORTED_LANES))}"
     )
-    parser.add_argument("--reps", type=int, default=3, help="repetitions per case")
+    parser.add_argument(
+        "--reps", type=int, help="repetitions per case (default 3; 5 with a topology)"
+    )
     parser.add_argument("--window", type=int, default=WINDOW, help="fragments in flight")
     parser.add_argument("--sizes", help="MB, e.g. 4,64")
     parser.add_argument("--workers", help="e.g. 2,4")
     return parser
+
+
+def _numbers(parser: argparse.ArgumentParser, flag: str, text: str, kind: type) -> list[Any]:
+    """`text`, a comma-separated list of positive numbers; a usage error otherwise."""
+    try:
+        values = [kind(x) for x in text.split(",") if x]
+    except ValueError:
+        parser.error(f"{flag}: {text!r} is not a comma-separated list of numbers")
+    if not values or any(v <= 0 for v in values):
+        parser.error(f"{flag}: {text!r}: each must be > 0")
+    return values
+
+
+def _topology_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with the topology run's lists and defaults (``bench.allreduce_fabric``); k and the
+    pool size are the file's, so `--lanes` and `--full` are usage errors."""
+    from bench import allreduce_fabric as fab
+
+    if args.lanes or args.full:
+        parser.error("--topology: k comes from the topology file; drop --lanes and --full")
+    policies = (args.policies or ",".join(fab.DEFAULT_POLICIES)).split(",")
+    for policy in policies:
+        try:
+            Policy.parse(policy)
+        except ValueError as exc:
+            parser.error(f"--policies: {exc}")
+    sizes = _numbers(parser, "--sizes", args.sizes, float) if args.sizes else fab.DEFAULT_SIZES_MB
+    workers = (
+        _numbers(parser, "--workers", args.workers, int) if args.workers else [fab.DEFAULT_WORKERS]
+    )
+    if any(not 2 <= n <= MAX_WORKERS for n in workers):
+        parser.error(f"--workers: each must be 2..{MAX_WORKERS} (the contributor bitmap)")
+    reps = 1 if args.quick else (fab.DEFAULT_REPS if args.reps is None else args.reps)
+    if reps < 1 or args.window < 1:
+        parser.error("--reps and --window must be >= 1")
+    return argparse.Namespace(
+        topology=args.topology,
+        json=args.json,
+        window=args.window,
+        reps=reps,
+        policies_list=policies,
+        sizes_list=list(sizes)[:1] if args.quick else list(sizes),
+        workers_list=workers,
+    )
 
 
 def _grid(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Grid:

@@ -3,8 +3,8 @@ third as spine, each programmed over its own P4Runtime server, 2 x 2 workers of 
 job, and the PS. Every switch drops 1% of what it receives (worker -> ToR, ToR -> spine,
 spine -> ToR, PS -> spine); every sum stays within the quantisation bound of the exact sum.
 
-The P4Info's `set_job` has no two-level fields yet: each ToR is started with its parent and
-derives them from its tables (PROTOCOL.md 7.7), so what is written here is 7.2's table.
+Each ToR is started with its parent; `p4ctl.tree_install` writes 7.2's tables through each
+switch's `SwitchClient`, and the ToRs derive their two-level fields from them (7.7).
 """
 
 from __future__ import annotations
@@ -16,14 +16,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from p4.v1 import p4runtime_pb2 as p4rt
-from p4ctl.client import set_job_params
-from p4ctl.client_codec import P4Names, addr_int
-from p4ctl.p4info import Sizing, build_p4info
-from p4ctl.protocol import PS_WORKER_ID, DropReason, Policy
-from p4ctl.rule import JobConfig
+from p4ctl.backend import Endpoint, JobInstall
+from p4ctl.client import SwitchClient
+from p4ctl.protocol import DropReason, Policy
 from p4ctl.softswitch import SoftSwitch
-from p4runtime_sh.p4runtime import P4RuntimeClient
+from p4ctl.tree_install import TreeSwitch, install_job_tree
 
 from workers.client import AllreduceClient, ClientOptions
 from workers.ps import ParameterServer
@@ -36,72 +33,14 @@ PART = 16  # a static job's slots per switch: its window
 SIZE = 3000
 ROUNDS = 6  # about 1,700 fragments per switch: a dozen or more losses on each
 LOSS = 0.01
-Address = tuple[str, int]
-
-
-@dataclass
-class Programmed:
-    """One soft switch and the P4Runtime entries written to it, by endpoint."""
-
-    switch: SoftSwitch
-    names: P4Names
-    shell: P4RuntimeClient
-    ports: dict[Address, int] = field(default_factory=dict)
-
-    def port(self, address: Address) -> int:
-        if address not in self.ports:
-            self.ports[address] = len(self.ports) + 1
-            self.write([self._endpoint(address)])
-        return self.ports[address]
-
-    def _endpoint(self, address: Address) -> p4rt.Entity:
-        params = {"addr": addr_int(address[0]), "udp_port": address[1]}
-        return self.names.table_entry(
-            "port_table", {"egress_port": self.ports[address]}, "set_endpoint", params
-        )
-
-    def source(self, job: int, worker: int, address: Address) -> None:
-        match = {"job": job, "worker": worker, "src_addr": addr_int(address[0])}
-        match["src_port"] = address[1]
-        port = self.port(address)
-        self.write([self.names.table_entry("worker_table", match, "allow_source", {"port": port})])
-
-    def job(self, cfg: JobConfig, members: list[Address]) -> None:
-        entity = p4rt.Entity()
-        group = entity.packet_replication_engine_entry.multicast_group_entry
-        group.multicast_group_id = cfg.mcast_group
-        for address in members:
-            group.replicas.add(egress_port=self.port(address))
-        job = {"job": cfg.job_id}
-        self.write(
-            [entity, self.names.table_entry("job_table", job, "set_job", set_job_params(cfg))]
-        )
-
-    def write(self, entities: list[p4rt.Entity]) -> None:
-        request = p4rt.WriteRequest(device_id=0)
-        request.election_id.low = 1
-        for entity in entities:
-            request.updates.add(type=p4rt.Update.INSERT, entity=entity)
-        self.shell.write(request)
-
-
-def _programmed(switch: SoftSwitch) -> Programmed:
-    info = build_p4info(Sizing(switch.aggregators, switch.lanes))
-    shell = P4RuntimeClient(0, switch.p4runtime_address, (0, 1))
-    request = p4rt.SetForwardingPipelineConfigRequest(
-        device_id=0, action=p4rt.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT
-    )
-    request.election_id.low = 1
-    request.config.p4info.CopyFrom(info)
-    shell.stub.SetForwardingPipelineConfig(request)
-    return Programmed(switch, P4Names(info), shell)
 
 
 @dataclass
 class Fabric:
-    spine: Programmed
-    tors: dict[str, Programmed]
+    spine: SoftSwitch
+    tors: dict[str, SoftSwitch]
     ps: ParameterServer
+    control: dict[str, TreeSwitch]  # by "spine" and each ToR's name
     clients: list[AllreduceClient] = field(default_factory=list)
 
     def install(
@@ -111,50 +50,31 @@ class Fabric:
         the PS and start its workers; `racks` gives each ToR's worker count. Workers are
         numbered across racks in order."""
         fan_in = sum(racks.values())
-        two = len(racks) > 1
-        ps = self.ps.address
         base = 2 * PART * (job - 1)
-        common = dict(policy=policy, fan_in=fan_in, part_base=base, part_size=PART)
-        common |= dict(mcast_group=job + 1, priority=priority)
+        ps = Endpoint(*self.ps.address)
+        install = JobInstall(job, policy, fan_in, base, PART, ps=ps, priority=priority)
         workers: dict[int, AllreduceClient] = {}
-        next_worker = 0
+        placed = []
         for name, count in racks.items():
             tor = self.tors[name]
-            ids = range(next_worker, next_worker + count)
-            next_worker += count
+            ids = range(len(workers), len(workers) + count)
             for w in ids:
                 workers[w] = self._client(tor, job, w, fan_in, policy, base)
-                tor.source(job, w, workers[w].endpoint)
-            if two:
-                # Write the parent last: the ToR sends up once it knows all its workers.
-                tor.source(job, PS_WORKER_ID, self.spine.switch.data_address)
-            cfg = JobConfig(job, ps_port=tor.port(ps), **common)  # type: ignore[arg-type]
-            tor.job(cfg, [workers[w].endpoint for w in ids])
-        if two:
-            for name in racks:
-                self.spine.source(job, PS_WORKER_ID, self.tors[name].switch.data_address)
-            self.spine.source(job, PS_WORKER_ID, ps)
-            cfg = JobConfig(job, ps_port=self.spine.port(ps), **common)  # type: ignore[arg-type]
-            self.spine.job(cfg, [self.tors[n].switch.data_address for n in racks])
-            root = self.spine.switch.data_address
-            children = tuple(self.tors[n].switch.data_address for n in racks)
-        else:
-            (name,) = racks
-            self.tors[name].source(job, PS_WORKER_ID, ps)
-            root, children = self.tors[name].switch.data_address, ()
+            placed.append((self.control[name], {w: Endpoint(*workers[w].endpoint) for w in ids}))
+        tree = install_job_tree(install, placed, self.control["spine"])
         self.ps.register_job(
-            job, fan_in, switch=root, window=WINDOW, policy=policy, children=children
+            job, fan_in, switch=tree.root, window=WINDOW, policy=policy, children=tree.children
         )
         return workers
 
     def _client(
-        self, tor: Programmed, job: int, worker: int, fan_in: int, policy: Policy, base: int
+        self, tor: SoftSwitch, job: int, worker: int, fan_in: int, policy: Policy, base: int
     ) -> AllreduceClient:
         if policy == Policy.STATIC:
             placement: dict[str, Any] = {"kind": "static", "part_base": base, "part_size": PART}
         else:
-            placement = {"kind": "hashed", "seed": 101 * job, "pool": tor.switch.aggregators}
-        host, port = tor.switch.data_address
+            placement = {"kind": "hashed", "seed": 101 * job, "pool": tor.aggregators}
+        host, port = tor.data_address
         body = {
             "job_id": job,
             "switch_job_id": job,
@@ -171,8 +91,15 @@ class Fabric:
         self.clients.append(client)
         return client
 
-    def counter(self, switch: Programmed, name: str, job: int) -> int:
-        return int(switch.switch.pipeline.job_packets[name][job])
+    def counter(self, switch: SoftSwitch, name: str, job: int) -> int:
+        return int(switch.pipeline.job_packets[name][job])
+
+
+def _control(switch: SoftSwitch) -> TreeSwitch:
+    client = SwitchClient(
+        switch.p4runtime_address, aggregators=switch.aggregators, lanes=switch.lanes
+    )
+    return TreeSwitch(client, switch.data_address)
 
 
 @pytest.fixture
@@ -192,18 +119,19 @@ def make_fabric() -> Iterator[Any]:
                 parent=spine.data_address,
             ).start()  # fmt: skip
             made.append(tor)
-            tors[name] = _programmed(tor)
+            tors[name] = tor
+        control = {name: _control(s) for name, s in (("spine", spine), *tors.items())}
         ps = ParameterServer().start()
         made.append(ps)
-        fabrics.append(Fabric(_programmed(spine), tors, ps))
+        fabrics.append(Fabric(spine, tors, ps, control))
         return fabrics[-1]
 
     yield make
     for fab in fabrics:
         for client in fab.clients:
             client.close()
-        for p in (fab.spine, *fab.tors.values()):
-            p.shell.tear_down()
+        for wired in fab.control.values():
+            wired.client.close()
     for thing in reversed(made):
         thing.stop()
 
@@ -252,11 +180,11 @@ def test_a_cross_rack_job_is_exact_under_loss_and_an_in_rack_job_never_touches_t
     _allreduce_exactly({1: cross, 2: inside}, ROUNDS)
     spine = fabric.spine
     assert fabric.counter(spine, "job_aggregated", 1) > 0  # the ToRs' sums met at the spine
-    assert all(int(cells[2]) == 0 for cells in spine.switch.pipeline.job_packets.values()), (
+    assert all(int(cells[2]) == 0 for cells in spine.pipeline.job_packets.values()), (
         "the in-rack job reached the spine"
     )
     lost = sum(
-        int(p.switch.pipeline.drop_packets[DropReason.INJECTED_LOSS])
+        int(p.pipeline.drop_packets[DropReason.INJECTED_LOSS])
         for p in (spine, *fabric.tors.values())
     )
     assert lost > 0, "no loss was injected"
