@@ -78,6 +78,8 @@ class FabricRun:
 @dataclass(slots=True)
 class _Job:
     spec: JobSpec
+    #: Arrival order (`scheduler.fragfabric` numbers its jobs by it too).
+    order: int
     servers: int
     racks: tuple[tuple[str, int], ...] = ()
     tree: tuple[str, ...] = ()
@@ -263,7 +265,7 @@ def simulate_fabric(
     key: tuple[FabricFlow, ...] = ()
     steady = _Steady(fab, [], {})
     setup: dict[int, float] = {}
-    events = 0
+    events = order = 0
     preempts = fab.policy.preempts
     while pending or fab.live:
         now = clock.now()
@@ -292,7 +294,8 @@ def simulate_fabric(
         due = steady.due(active, marks, now, t_next) if preempts else set()
         while pending and pending[0].arrival_s <= t_next + _EPS:
             spec = pending.popleft()
-            job = _Job(spec, math.ceil(spec.workers / fabric.gpus_per_server))
+            job = _Job(spec, order, math.ceil(spec.workers / fabric.gpus_per_server))
+            order += 1
             fab.live[spec.job_id] = job
             fab.waiting.append(job)
             changed = True
