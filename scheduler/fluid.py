@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +30,11 @@ from scheduler.psdelay import PsLoad, Vec, solve_wait, sum_by
 __all__ = ["CommRate", "FlowJob", "comm_rates"]
 
 _ROUNDS = 40
+# Rounds of a solve that resumes an earlier one's iteration that had not settled
+# (`CommRate.resume`): near the knee where a job's window starts to bind, its eviction share is
+# steep in its PS wait and the iteration takes hundreds of rounds to settle, so a solve stops
+# short and the next one, at the next change of the contenders, carries on from there.
+_RESUMED_ROUNDS = 12
 _TOL = 1e-4
 # A share that oscillates has its step halved down to this: near PS saturation the map's slope
 # is steep enough that a share still crosses its fixed point at a step of 1/64.
@@ -57,6 +62,7 @@ class CommRate:
     `reserved` is aggregators it owns for its whole run (a static partition). `ps_wait_s` is
     the queueing delay of its critical packets at its PS; `ps_critical` and `ps_copies` are
     the packets per second it sends its PS on average over its run (duty-weighted).
+    `resume` is where the fixed-point iteration left this job (`comm_rates`' `start`).
     """
 
     t_comm_s: float
@@ -70,6 +76,27 @@ class CommRate:
     ps_wait_s: float = 0.0
     ps_critical: float = 0.0
     ps_copies: float = 0.0
+    resume: _JobIterate | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class _JobIterate:
+    """One job's part of the iteration's state beyond its `CommRate` (see `_Iterate`): its
+    split share, open-queue wait, rescue rate, caps, and the damping of its shares and cap;
+    and whether the solve it comes from settled."""
+
+    settled: bool
+    split: float
+    open_wait: float
+    rescue: float
+    switch_cap: float
+    ps_cap: float
+    bypass_step: float
+    evict_step: float
+    bypass_pull: float
+    evict_pull: float
+    ps_cap_step: float
+    ps_cap_pull: float
 
 
 def _last_start(cfg: SimConfig, n: Vec) -> Vec:
@@ -255,22 +282,49 @@ class _Iterate:
 
 
 def _first_iterate(jobs: _Contenders, start: Mapping[int, CommRate] | None) -> _Iterate:
-    """Zero losses and waits, or, for the jobs found in `start`, its shares and waits."""
+    """Zero losses and waits, or, for the jobs found in `start`, its shares and waits, and
+    where it kept them (`CommRate.resume`) the rest of the iteration's state for those jobs:
+    a job whose set of contenders changed a little carries on from where it was, step sizes
+    included, instead of taking full steps again from its shares."""
     seen = [start.get(i) for i in jobs.ids] if start else [None] * jobs.count
+    fresh = _JobIterate(True, 0.0, 0.0, 0.0, math.inf, math.inf, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0)
+    rest = [r.resume if r is not None and r.resume is not None else fresh for r in seen]
     wait = np.array([r.ps_wait_s if r else 0.0 for r in seen])
-    unknown = np.full(jobs.count, np.inf)
+
+    def column(name: str) -> Vec:
+        return np.array([getattr(r, name) for r in rest], dtype=np.float64)
+
+    open_wait = None
+    if start is not None:
+        resumed = np.array([r is not fresh for r in rest], dtype=bool)
+        open_wait = np.where(resumed, column("open_wait"), wait)
     return _Iterate(
         bypass=np.array([r.bypass if r else 0.0 for r in seen]),
         evict=np.array([r.evict if r else 0.0 for r in seen]),
-        split=np.zeros(jobs.count),
+        split=column("split"),
         wait=wait,
-        open_wait=wait if start is not None else None,
-        share_damping=_Damping(np.ones(2 * jobs.count), np.zeros(2 * jobs.count)),
-        switch_cap=unknown,
-        ps_cap=unknown,
-        ps_cap_damping=_Damping(np.ones(jobs.count), np.zeros(jobs.count)),
-        rescue=np.zeros(jobs.count),
+        open_wait=open_wait,
+        share_damping=_Damping(
+            np.concatenate((column("bypass_step"), column("evict_step"))),
+            np.concatenate((column("bypass_pull"), column("evict_pull"))),
+        ),
+        switch_cap=column("switch_cap"),
+        ps_cap=column("ps_cap"),
+        ps_cap_damping=_Damping(column("ps_cap_step"), column("ps_cap_pull")),
+        rescue=column("rescue"),
     )
+
+
+def _resume(it: _Iterate, settled: bool) -> list[_JobIterate]:
+    """Each job's part of `it` beyond its `CommRate`, in job order (`_first_iterate`)."""
+    count = len(it.bypass)
+    share_step, share_pull = it.share_damping.step, it.share_damping.pull
+    open_wait = it.wait if it.open_wait is None else it.open_wait
+    columns = (it.split, open_wait, it.rescue, it.switch_cap, it.ps_cap, share_step[:count],
+               share_step[count:], share_pull[:count], share_pull[count:],
+               it.ps_cap_damping.step, it.ps_cap_damping.pull)  # fmt: skip
+    rows = zip(*(c.tolist() for c in columns), strict=True)
+    return [_JobIterate(settled, *row) for row in rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -524,12 +578,15 @@ def _let_go(jobs: _Contenders, occ: _Occupancy) -> Vec:
     held: Vec = sum((w * h for h, w in weight), np.zeros(count))
     ge = np.cumsum(sum_by(level, held, top)[::-1])[::-1]
     total = ge[level] - held
-    caught = np.zeros(count)
-    for s in np.unique(jobs.skew):
-        within: Vec = sum((w * np.minimum(h, s) for h, w in weight), np.zeros(count))
-        mine = jobs.skew == s
-        ge_s = np.cumsum(sum_by(level, within, top)[::-1])[::-1]
-        caught[mine] = (ge_s[level] - within)[mine]
+    # One row per distinct skew (jobs of equal width share one), all rows at once: each row
+    # is the same float operations in the same order as that skew alone.
+    skews, row = np.unique(jobs.skew, return_inverse=True)
+    spread = skews[:, None]
+    within: Vec = sum((w * np.minimum(h, spread) for h, w in weight), np.zeros((len(skews), count)))
+    at = (np.arange(len(skews))[:, None] * top + level[None, :]).ravel()
+    by_level = sum_by(at, within.ravel(), len(skews) * top).reshape(len(skews), top)
+    ge_s = np.cumsum(by_level[:, ::-1], axis=1)[:, ::-1]
+    caught = ge_s[row, level] - within[row, np.arange(count)]
     out: Vec = np.divide(caught, total, out=np.ones(count), where=total > 0)
     return np.minimum(out, 1.0)
 
@@ -629,20 +686,26 @@ def comm_rates(
     separately, so that each can be switched off on its own.
 
     `start` (optional) seeds the fixed-point iteration with an earlier answer, e.g. the
-    previous set of contending jobs: jobs found there start from their bypass, eviction and
-    PS-wait shares instead of zero, which saves rounds when one job joins or leaves. The
-    answer is the same fixed point either way: to the iteration's tolerance (on the loss
-    shares, and on the wait's part of each fragment's slot) where it settles within `_ROUNDS`
-    rounds, within about 5% of ``t_comm_s`` where it does not (close to PS saturation, where
-    the PS delay is steep in the loss shares; `tests/scheduler/test_fluid`).
+    previous set of contending jobs: jobs found there resume the iteration where it left them
+    (`CommRate.resume`: shares, waits and step sizes) instead of starting from zero, which
+    saves rounds when one job joins or leaves. The answer is the same fixed point either way:
+    to the iteration's tolerance (on the loss shares, and on the wait's part of each
+    fragment's slot) where it settles within `_ROUNDS` rounds, within about 5% of ``t_comm_s``
+    where it does not (close to PS saturation, or where a window starts to bind, where the
+    PS delay is steep in the loss shares; `tests/scheduler/test_fluid`). Where the solve it
+    resumes had not settled, it stops after `_RESUMED_ROUNDS` and the next solve resumes it.
     """
     if not policy.shared:
         return _static(cfg, jobs)
     if not jobs:
         return {}
     contenders = _contenders(cfg, jobs, policy.preempts)
-    it, last, delta = _round(cfg, policy, contenders, _first_iterate(contenders, start))
-    for _ in range(_ROUNDS - 1):
+    first = _first_iterate(contenders, start)
+    unsettled = start is not None and any(
+        r.resume is not None and not r.resume.settled for r in start.values()
+    )
+    it, last, delta = _round(cfg, policy, contenders, first)
+    for _ in range((_RESUMED_ROUNDS if unsettled else _ROUNDS) - 1):
         if delta < _TOL:
             break
         it, last, delta = _round(cfg, policy, contenders, it)
@@ -651,7 +714,7 @@ def comm_rates(
               occ.duty, occ.held - occ.held_complete, occ.held_complete,
               np.zeros(contenders.count), it.wait, occ.duty * traffic.critical * occ.claims,
               occ.duty * traffic.copies * occ.claims)  # fmt: skip
-    rows = zip(*(v.tolist() for v in fields), strict=True)
+    rows = zip(*(v.tolist() for v in fields), _resume(it, delta < _TOL), strict=True)
     return {jid: CommRate(*row) for jid, row in zip(contenders.ids, rows, strict=True)}
 
 

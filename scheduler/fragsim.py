@@ -187,7 +187,8 @@ class _FragmentSim:
         mark = run.iteration % step == 0
         if mark:
             self.table.progress_mark(rec)
-        if mark or after != before:
+        # A job already at the top level has no level to gain from aging: no decision point.
+        if mark or (after != before and rec.priority < self.cfg.spec.levels - 1):
             self.decide()
         self.at(now + overhead + rec.spec.iter_time_s, lambda: self.start_comm(run))
 

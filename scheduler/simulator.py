@@ -1,8 +1,9 @@
 """The aggregate discrete-event simulator: whole workloads in virtual time, in seconds.
 
 Events are arrivals, finishes, progress marks (every ``progress_step`` of a job's iterations,
-where priorities are recomputed) and aging crossings. Between two events the set of jobs holding
-memory and their priorities are fixed, so each job advances at the steady rate the fluid model
+where priorities are recomputed) and aging crossings of jobs below the top level (one at the
+top has no level to gain). Between two events the set of jobs holding memory and their
+priorities are fixed, so each job advances at the steady rate the fluid model
 (`scheduler.fluid`) gives for that set: one iteration per ``iter_time_s + iteration_overhead_s +
 t_comm``. An admitted job first spends ``job_setup_s`` holding its admission without sending
 (its end is an event too). Admission and priorities come from the same `Scheduler` the service
@@ -158,9 +159,14 @@ class _Steady:
         self.steps = [max(1, int(cfg.progress_step * rec.spec.iterations)) for rec in active]
         # Starved seconds gained per second (bypassed or evicted while sending). Only a
         # preempting switch reads priority levels, so only there is aging an event: 0 elsewhere.
+        # A job already at the top level has no level to gain: its crossings are no event.
         ages = cfg.spec.aging_s > 0 and policy.preempts
+        top = cfg.spec.levels - 1
         self.aging_s = cfg.spec.aging_s
-        self.starving = [r.duty * (r.bypass + r.evict) if ages else 0.0 for r in self.rates]
+        self.starving = [
+            r.duty * (r.bypass + r.evict) if ages and rec.priority < top else 0.0
+            for rec, r in zip(active, self.rates, strict=True)
+        ]
         live = complete = crit = copies = 0.0
         for rate in self.rates:
             busy = rate.duty * rate.held

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -66,3 +67,20 @@ def test_empty_set_and_static_need_no_iteration() -> None:
     assert comm_rates(SimConfig(), make_policy(PolicySpec("esa")), []) == {}
     alone = comm_rates(SimConfig(), make_policy(PolicySpec("static")), [FlowJob(1, 4, 10**6, 0.01)])
     assert alone[1].bypass == alone[1].evict == 0.0
+
+
+def test_resumed_solves_settle_where_restarted_full_steps_keep_cycling() -> None:
+    # 60 jobs of 16 levels on 2,048 aggregators: restarted from its own shares at full steps,
+    # the iteration cycles around the fixed point (t_comm moving by ~2e-3 per solve); resumed
+    # (`CommRate.resume`: its damped step sizes too) it carries on and settles.
+    cfg = SimConfig(spec=PolicySpec("esa"), pool=Pool(2048), ps_processes=PER_JOB)
+    policy = make_policy(PolicySpec("esa"))
+    jobs = _contended(seed=3, count=60)
+    rates = comm_rates(cfg, policy, jobs)
+    for _ in range(20):
+        rates = comm_rates(cfg, policy, jobs, start=rates)
+    again = comm_rates(cfg, policy, jobs, start=rates)
+    assert all(again[k].t_comm_s == pytest.approx(rates[k].t_comm_s, rel=1e-4) for k in rates)
+    # The carried state is the iteration's, not part of the answer.
+    assert all(r.resume is not None for r in again.values())
+    assert replace(again[0], resume=None) == again[0]

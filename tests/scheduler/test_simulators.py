@@ -133,6 +133,28 @@ def test_progress_mark_resets_the_aging_clock() -> None:
     assert low.starved_s == 0 and low.priority == base[low.spec.job_id]
 
 
+def test_a_job_at_the_top_level_ages_without_events() -> None:
+    # Aging lifts a job one level per crossing up to the top; past it a crossing changes no
+    # level, so it is no decision point (fragsim decides the same way).
+    from scheduler.fluid import CommRate
+    from scheduler.jobs import JobTable
+    from scheduler.scheduler import Scheduler
+
+    cfg = SimConfig(spec=PolicySpec("esa", aging_s=1.0))
+    table = JobTable(Scheduler(cfg.spec), window=8)
+    top, below = (table.add(spec(i, iterations=10**6)) for i in range(2))
+    top.priority, below.priority = cfg.spec.levels - 1, cfg.spec.levels - 2
+    starving = CommRate(0.01, bypass=0.5, evict=0.0, caused=0.0, duty=0.5, held=1.0,
+                        held_complete=0.0)  # fmt: skip
+    rates = {top.spec.job_id: starving, below.spec.job_id: starving}
+    policy = make_policy(cfg.spec)
+    for active, ages in (([top], False), ([below], True)):
+        steady = simulator._Steady(cfg, policy, active, rates)
+        t = steady.time_to_event(active, steady.next_marks(active))
+        # 1 s of aging at 0.25 starved s per s: 4 s; the next progress mark is far later.
+        assert (t == pytest.approx(4.0)) is ages
+
+
 @pytest.mark.parametrize("policy", ["static", "atp", "esa-nopreempt"])
 @pytest.mark.parametrize("aggregators", [256, 2048])
 def test_a_policy_that_does_not_preempt_needs_no_round_at_a_progress_mark(
