@@ -5,7 +5,8 @@ bypassed fragments, evicted and flushed partial sums, and complete sums (atp, an
 `JobLedger` counts each worker once per sequence; a completed sum goes back as PS_RESULT to
 the switch's data address, which multicasts it to the job's workers and, in atp, frees the
 aggregator. A spill job (``p4/PROTOCOL.md`` 7.8: ToRs whose parent is the PS, no spine) sends
-its ToRs' sums as kind UP, and every result goes to each of its ToRs. Results are kept to answer resends until every worker has moved past them.
+its ToRs' sums as kind UP, and every result goes to each of its ToRs. Results are kept to
+answer resends until every worker has moved past them.
 
 The PS serves only jobs the service registered (`register_job`), never one a packet names, and
 takes packets only from that job's switch. Every packet is on a job's critical path except

@@ -5,11 +5,11 @@ workers sit in one rack, else on every ToR holding some of them and on the spine
 children (the ToRs) are linked down; the ToRs' links up to the spine are written last, once
 every switch holds the job, so that no sum goes up early (7.7). Without a spine (`spine`
 None, or one with no memory for the job) a cross-rack job spills (7.8): it is installed on its
-ToRs only, whose parent is then the PS (the ToRs must be started with a parent, 7.7). The service does the same with
-the ToR found from each worker's address (``api.coordinator.fabriclink``); this is for
-switches wired by hand, where the caller says which ToR each worker is under (the two-level
-test, ``bench.allreduce --topology``). The PS is registered by the caller with the
-`TreeInstall` returned.
+ToRs only, whose parent is then the PS (the ToRs must be started with a parent, 7.7). The
+service installs trees (not spills) the same way with the ToR found from each worker's address
+(``api.coordinator.fabriclink``); this is for switches wired by hand, where the caller says
+which ToR each worker is under (the two-level test, ``bench.allreduce --topology``). The PS
+is registered by the caller with the `TreeInstall` returned.
 """
 
 from __future__ import annotations

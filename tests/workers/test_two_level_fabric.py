@@ -1,8 +1,9 @@
 """Two levels over real UDP (p4/PROTOCOL.md section 7): two soft switches as ToRs under a
 third as spine, each programmed over its own P4Runtime server, 2 x 2 workers of a cross-rack
 job, and the PS; and the same job spilled (7.8: the spine holds no entry for it, each ToR
-sends its rack's sum to the PS, which sends the result to both ToRs). Every switch drops 1% of what it receives (worker -> ToR, ToR -> spine,
-spine -> ToR, PS -> spine); every sum stays within the quantisation bound of the exact sum.
+sends its rack's sum to the PS, which sends the result to both ToRs). Every switch drops 1%
+of what it receives (worker -> ToR, ToR -> spine, spine -> ToR, PS -> spine); every sum stays
+within the quantisation bound of the exact sum.
 
 Each ToR is started with its parent; `p4ctl.tree_install` writes 7.2's tables through each
 switch's `SwitchClient`, and the ToRs derive their two-level fields from them (7.7).
@@ -235,7 +236,5 @@ def test_a_spilled_job_aggregates_in_each_rack_and_is_exact_under_loss(
         assert fabric.counter(tor, "job_aggregated", 1) > 0, "a rack's sum was not built"
     outcomes = fabric.ps.counters().outcomes
     assert outcomes.get("completed", 0) > 0 and outcomes.get("added", 0) > 0, outcomes
-    lost = sum(
-        int(p.pipeline.drop_packets[DropReason.INJECTED_LOSS]) for p in fabric.tors.values()
-    )
+    lost = sum(int(p.pipeline.drop_packets[DropReason.INJECTED_LOSS]) for p in fabric.tors.values())
     assert lost > 0, "no loss was injected"
