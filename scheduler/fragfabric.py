@@ -240,8 +240,10 @@ class _FragmentFabric:
 
     def _spill(self, job: _Job, at: tuple[str, ...]) -> None:
         """Aggregate `job` at `at`: a top of `at` below the root has the PS as its parent
-        (PROTOCOL.md 7.8), the others keep 7.2's; a switch off `at` gets only packets already
-        on their way, and sends what it completes as its entry says."""
+        (PROTOCOL.md 7.8), the others keep 7.2's. A switch off `at` gives back what the job
+        holds there (its partials could no longer complete: the control plane reclaims
+        them); it gets only packets already on their way, and sends what it completes as its
+        entry says."""
         run = next((r for r in self.by_sid[job.tree[0]].values() if r.job is job), None)
         if run is None:
             return
@@ -249,6 +251,8 @@ class _FragmentFabric:
         if tops == run.tops:
             return
         run.tops = tops
+        for s in set(job.tree) - set(at):
+            self.switches[s].registers.reclaim_job(run.sids[s])
         for s in at:
             jobs = self.switches[s].pipeline.jobs
             sid = run.sids[s]
