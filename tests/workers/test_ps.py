@@ -240,7 +240,8 @@ def test_a_spill_job_adds_its_racks_and_answers_each_tor(
         def up(job: int, seq: int, bitmap: int, flags: Flag = Flag.COMPLETE) -> bytes:
             lanes = np.full(LANES, bitmap, np.int32)
             pkt = Packet(Kind.UP, job, PS_WORKER_ID, 4, 5, seq, flags, bitmap=bitmap, lanes=lanes)
-            return encode(pkt)
+            data: bytes = encode(pkt)
+            return data
 
         tor_a.sendto(up(6, 0, 0b0011), ps.address)
         tor_b.sendto(up(6, 0, 0b1100), ps.address)
