@@ -35,7 +35,7 @@ from scheduler.fabricflow import (
     no_ina_comm_s,
 )
 from scheduler.jobs import JobRecord, JobResult, JobTable
-from scheduler.memory import JobState
+from scheduler.memory import JobState, Pool
 from scheduler.placement import Placer
 from scheduler.registry import make_fabric_policy
 from scheduler.scheduler import Scheduler, too_wide
@@ -78,6 +78,7 @@ class FabricRun:
 @dataclass(slots=True)
 class _Job:
     spec: JobSpec
+    #: Arrival order (`scheduler.fragfabric` numbers its jobs by it too).
     order: int
     servers: int
     racks: tuple[tuple[str, int], ...] = ()
@@ -253,7 +254,10 @@ def simulate_fabric(
     placement: str = "packed",
 ) -> FabricRun:
     """Run `jobs` on `fabric` under `policy` (a fabric policy, or a switch policy on every
-    switch; default ``cfg.spec.policy``), placed by `placement` (`scheduler.placement`)."""
+    switch; default ``cfg.spec.policy``), placed by `placement` (`scheduler.placement`).
+    Every switch has the fabric's pool and lanes (`cfg.pool` is not read for them)."""
+    # A packet has the fabric's lanes at every switch; each switch's pool is its own.
+    cfg = replace(cfg, pool=Pool(cfg.pool.aggregators, fabric.lanes))
     fab = _Fabric(cfg, fabric, policy or cfg.spec.policy, placement)
     clock = VirtualClock()
     pending = deque(sorted(jobs, key=lambda j: (j.arrival_s, j.job_id)))

@@ -1,7 +1,6 @@
 """``inasched bench jct`` (``python -m bench.jct``): the memory policies' JCT on one workload.
 
     inasched bench jct --workload philly --policies static,atp,esa --out results/philly --sim
-    inasched bench jct --workload synthetic-1000 --out results/mem --sweep memory=8192,16384
     inasched bench jct --workload synthetic-10 --out results/emu --emu
 
 Every policy runs on the same jobs with the same `BenchParams` (`bench.jct.params`, each value with
