@@ -2,7 +2,7 @@
 
     python -m bench.fabricvalidate                       # every family, 4 cases each
     python -m bench.fabricvalidate --cases 8 --families spine-memory --json fabric.json
-    python -m bench.fabricvalidate --policies esa,tiered-nospill
+    python -m bench.fabricvalidate --policies esa,tiered-nospill,tiered
 
 Runs `scheduler.fabricvalidate.validate_fabric` on each family of `FABRIC_FAMILIES` and
 prints, per family and policy side by side: the mean JCT of both models over the cases, the
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--policies",
-        help="comma-separated switch policies, or tiered-nospill (default: the switch policies)",
+        help="comma-separated switch or fabric policies (default: the switch policies)",
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)

@@ -10,8 +10,9 @@ worker -> ToR -> ... -> root -> PS and back: a link latency per hop, a switch la
 switch (with ``switch_pps``, a turn of its FIFO server), each ToR-parent link direction a FIFO
 server at `Fabric.uplink_gbps` (oversubscribed). The PS is as far from a switch as the servers
 below it (`switch_config`'s latency, the fluid model's). Workers, resends and the PS process
-are `scheduler.fragsim`'s. ``tiered``'s spill is refused: an esa ToR without a parent
-multicasts its complete local sum as a RESULT; the rule has no rack-partial-to-PS entry.
+are `scheduler.fragsim`'s. A fabric policy's spill (``tiered``: a job aggregates below its
+root, each top switch sending its partial to the PS) is PROTOCOL.md 7.8: those switches'
+parent becomes the PS (`up_port` = `ps_port`) and the PS's result goes to each of them.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class _Run:
     sids: dict[str, int]
     tor_of: list[str]  # by global worker id
     below: dict[str, tuple[str, ...]]  # switch -> its children in the job's tree
+    tops: tuple[str, ...] = ()  # where the PS's results go: the root, or a spill's tops
     iteration: int = 0
     comm_start: float = 0.0
     workers: list[_Worker] = field(default_factory=list)
@@ -94,12 +96,6 @@ class _FragmentFabric:
         self.fab = _Fabric(cfg, fabric, policy, placement)
         fpolicy = self.fab.fpolicy
         self.one_rank = not isinstance(fpolicy, PerSwitch)
-        if getattr(type(fpolicy), "spill", False):
-            raise ValueError(
-                f"policy {policy!r} moves where a job aggregates while it runs (spill), which "
-                "the rule cannot express: the fragment-level fabric runs switch policies and "
-                "fabric policies that keep every job on its whole tree (tiered-nospill)"
-            )
         if self.fab.policy.preempts and self.fab.policy.switch_rule() == "atp":
             raise ValueError(f"policy {policy!r} preempts on atp's rule; not modelled here")
         self.rng = random.Random(cfg.seed)
@@ -112,6 +108,7 @@ class _FragmentFabric:
         self.link_free: dict[tuple[str, str], float] = {}
         self.ps: dict[int, _PsProcess] = {}
         self.outcomes: Counter[tuple[str, Outcome]] = Counter()  # per switch, as the rule says
+        self.spilled: Counter[str] = Counter()  # per switch: UP packets to the PS (7.8)
         self.heap: list[tuple[float, int, Callable[[], None]]] = []
         self.counter = self.events = self.order = self.dropped = 0
         for spec in jobs:
@@ -164,7 +161,7 @@ class _FragmentFabric:
                 jobs[sid], fan_in=len(tor_of), up_port=up, local_mask=0 if s == root else mask
             )
         frags = math.ceil(job.spec.grad_bytes / self.cfg.payload_bytes)
-        run = _Run(job, frags, root, sids, tor_of, below)
+        run = _Run(job, frags, root, sids, tor_of, below, (root,))
         for s, sid in sids.items():
             self.by_sid[s][sid] = run
         first = self.clock.now() + self.cfg.job_setup_s + job.spec.iter_time_s
@@ -230,8 +227,9 @@ class _FragmentFabric:
         for job in running:
             at = job.aggregate
             assert at is not None
-            if tuple(at.switches) != job.tree or at.ps_partials:
+            if not set(at.switches) <= set(job.tree):
                 raise AssertionError(f"job {job.spec.job_id} moved off its tree: {at}")
+            self._spill(job, tuple(at.switches))
             if at.level is None:
                 continue
             for s, rec in job.records.items():
@@ -239,6 +237,27 @@ class _FragmentFabric:
                 sid = rec.switch_job_id
                 assert sid is not None
                 jobs[sid] = replace(jobs[sid], priority=at.level)
+
+    def _spill(self, job: _Job, at: tuple[str, ...]) -> None:
+        """Aggregate `job` at `at`: a top of `at` below the root has the PS as its parent
+        (PROTOCOL.md 7.8), the others keep 7.2's. A switch off `at` gives back what the job
+        holds there (its partials could no longer complete: the control plane reclaims
+        them); it gets only packets already on their way, and sends what it completes as its
+        entry says."""
+        run = next((r for r in self.by_sid[job.tree[0]].values() if r.job is job), None)
+        if run is None:
+            return
+        tops = tuple(s for s in at if self.fabric.switch(s).parent not in at)
+        if tops == run.tops:
+            return
+        run.tops = tops
+        for s in set(job.tree) - set(at):
+            self.switches[s].registers.reclaim_job(run.sids[s])
+        for s in at:
+            jobs = self.switches[s].pipeline.jobs
+            sid = run.sids[s]
+            up = None if s == run.root else jobs[sid].ps_port if s in tops else _UP_PORT
+            jobs[sid] = replace(jobs[sid], up_port=up)
 
     # ------------------------------------------------------------------ packets
     def index_at(self, run: _Run, switch: str, seq: int) -> tuple[int, int]:
@@ -324,7 +343,7 @@ class _FragmentFabric:
         verdict = process(regs, pkt, configs, sender_port)
         self.outcomes[(s, verdict.outcome)] += 1
         frag = pkt.seq % run.frags
-        if verdict.outcome == Outcome.COMPLETED and s == run.root:
+        if verdict.outcome == Outcome.COMPLETED and s == run.root and s in run.tops:
             run.in_switch.add(frag)
         elif verdict.outcome in (Outcome.COLLISION, Outcome.FLUSHED):
             run.lost.add(frag)
@@ -351,6 +370,8 @@ class _FragmentFabric:
             elif out.port == _UP_PORT:
                 self._link(s, self.fabric.switch(s).parent or "", owner, out.packet, leave, "up")
             elif out.port == configs[out.packet.job].ps_port:
+                if out.packet.kind == Kind.UP:
+                    self.spilled[s] += 1
                 self.at(leave + self.ps_hop[s], partial(self.ps_in, owner, out.packet))
             else:
                 self._unicast(s, owner, out.packet, out.port, leave)
@@ -446,7 +467,7 @@ class _FragmentFabric:
 
     def ps_done(self, run: _Run, pkt: Packet) -> None:
         """The PS's share of a sequence: parts by bitmap until all the job's bits; its
-        PS_RESULT goes to the job's root, and down the tree."""
+        PS_RESULT goes to the job's root, and down the tree, or to each top of a spill."""
         if run.job.state != JobState.RUNNING or pkt.seq in run.ps_sent:
             return
         if self._copy(run, pkt):
@@ -460,9 +481,10 @@ class _FragmentFabric:
         del run.ps_bitmap[pkt.seq]
         result = Packet(Kind.PS_RESULT, 0, PS_WORKER_ID, run.fan_in, 0, pkt.seq, Flag.COMPLETE,
                         bitmap=full)  # fmt: skip
-        root = self.switches[run.root].pipeline.jobs[run.sids[run.root]]
-        at = self.clock.now() + self.ps_hop[run.root]
-        self.at(at, partial(self.reach, run.root, run, result, root.ps_port))
+        for top in run.tops:
+            entry = self.switches[top].pipeline.jobs[run.sids[top]]
+            at = self.clock.now() + self.ps_hop[top]
+            self.at(at, partial(self.reach, top, run, result, entry.ps_port))
 
 
 def simulate_fabric_fragments(
@@ -477,10 +499,9 @@ def simulate_fabric_fragments(
     """Run `jobs` packet by packet on `fabric`; the same `FabricRun` as `simulate_fabric`.
 
     `policy` is a switch policy run on every switch (default ``cfg.spec.policy``), or a
-    fabric policy that keeps every job on its tree (``tiered-nospill``: its one level per job
-    at every switch); spill (``tiered``, ``tiered-local``) and preemption on atp's rule
-    (``esa-norelease``) raise ValueError. `timeout_s`: a worker's first resend timeout
-    (default ``cfg.rto_s``).
+    fabric policy (``tiered``: its one level per job at every switch, and its spill as
+    PROTOCOL.md 7.8); preemption on atp's rule (``esa-norelease``) raises ValueError.
+    `timeout_s`: a worker's first resend timeout (default ``cfg.rto_s``).
     """
     timeout = timeout_s if timeout_s is not None else cfg.rto_s
     name = policy or cfg.spec.policy

@@ -4,7 +4,9 @@ One process (one socket, one thread) serves many jobs. The switch sends it TO_PS
 bypassed fragments, evicted and flushed partial sums, and complete sums (atp, and esa's copy).
 `JobLedger` counts each worker once per sequence; a completed sum goes back as PS_RESULT to
 the switch's data address, which multicasts it to the job's workers and, in atp, frees the
-aggregator. Results are kept to answer resends until every worker has moved past them.
+aggregator. A spill job (``p4/PROTOCOL.md`` 7.8: ToRs whose parent is the PS, no spine) sends
+its ToRs' sums as kind UP, and every result goes to each of its ToRs. Results are kept to
+answer resends until every worker has moved past them.
 
 The PS serves only jobs the service registered (`register_job`), never one a packet names, and
 takes packets only from that job's switch. Every packet is on a job's critical path except
@@ -65,6 +67,7 @@ _DRAIN_LIMIT = 1024
 # Enum members as module constants: ``Kind.TO_PS`` is an attribute lookup through the enum's
 # metaclass, a measurable share of the per-datagram cost.
 _TO_PS = Kind.TO_PS
+_UP = Kind.UP
 _ESA = Policy.ESA
 # A row of a burst: the longest datagram any switch sends. A longer one is
 # cut to this, and dropped by its real length.
@@ -77,8 +80,8 @@ _ROW_BYTES = HEADER_SIZE + 4 * max(SUPPORTED_LANES)
 _BURST_SLOTS = 64 * 64
 _SEND_SLOTS = 1024
 
-# A datagram to send and where to, or nothing.
-_Reply = tuple[bytes, tuple[str, int]] | None
+# Datagrams to send and where to (several: a spill job's result goes to each of its ToRs).
+_Reply = list[tuple[bytes, tuple[str, int]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +102,7 @@ class _Job:
     window: int
     policy: Policy | None
     children: frozenset[tuple[str, int]] = frozenset()
+    spill: bool = False
     lanes: int | None = None
     ledger: JobLedger | None = None
     last_active: float = field(default_factory=time.monotonic)
@@ -228,13 +232,16 @@ class ParameterServer:
         policy: Policy | str | None = None,
         fresh: bool = False,
         children: tuple[tuple[str, int], ...] = (),
+        spill: bool = False,
     ) -> None:
         """Serve job `job_id` (switch job id) with `fan_in` workers; idempotent.
 
         `switch` is the data address of the job's switch, or of the root (spine) of its tree:
         its packets are accepted and results go there, down through every level. `children`
         are the data addresses of the other switches of a two-level job's tree (its ToRs),
-        whose packets are accepted too (``p4/PROTOCOL.md`` 7.2). `window` the workers' W;
+        whose packets are accepted too (``p4/PROTOCOL.md`` 7.2). `spill`: the job has no root,
+        `switch` and `children` are its ToRs, whose parent is this PS (7.8): their UP packets
+        are taken, and every result goes to each of them. `window` the workers' W;
         `policy` the job's policy. `fresh`: a new job takes the id, so whatever is kept under
         it goes, even when its removal never reached this PS.
         """
@@ -256,10 +263,11 @@ class ParameterServer:
                 kept.window,
                 kept.policy,
                 kept.children,
-            ) == (fan_in, addr, window or DEFAULT_WINDOW, pol, below)
+                kept.spill,
+            ) == (fan_in, addr, window or DEFAULT_WINDOW, pol, below, spill)
             if same and not fresh:
                 return  # registered again by a new term: what it holds for the job stays
-            self._jobs[job_id] = _Job(fan_in, addr, window or DEFAULT_WINDOW, pol, below)
+            self._jobs[job_id] = _Job(fan_in, addr, window or DEFAULT_WINDOW, pol, below, spill)
 
     def remove_job(self, job_id: int) -> None:
         """Forget job `job_id` and everything kept for it; idempotent."""
@@ -327,25 +335,24 @@ class ParameterServer:
                     reply = self._handle_cut(io.rows[at : at + _ROW_BYTES], size)
                 else:
                     reply = self._handle(io.rows[at : at + size], source)
-                if reply is not None:
-                    replies.append(reply)
+                replies += reply
         if replies:
             io.send(replies)
 
     def _store_copies(self, batch: int) -> None:
         """Store up to `batch` queued esa copies (the socket was empty)."""
-        replies: list[_Reply] = []
+        replies: _Reply = []
         with self._lock:  # once per batch: this runs on the PS's only thread, between reads
             for _ in range(min(batch, len(self._copies))):
                 job, pkt = self._copies.popleft()
                 if self._jobs.get(pkt.job) is job:  # else removed meanwhile, state and all
-                    replies.append(self._accept(job, pkt))
-        self._io.send([reply for reply in replies if reply is not None])
+                    replies += self._accept(job, pkt)
+        self._io.send(replies)
 
     def _drop(self, reason: str) -> _Reply:
         """Count a dropped datagram; returns no reply, so `_handle` can ``return self._drop()``."""
         self._drops[reason] += 1
-        return None
+        return []
 
     def _handle_cut(self, head: memoryview, size: int) -> _Reply:
         """Account a datagram of `size` bytes cut to its first bytes `head`: it
@@ -365,9 +372,10 @@ class ParameterServer:
             pkt = decode(data)
         except MalformedPacket as exc:
             return self._drop(exc.reason.name.lower())
-        if pkt.kind != _TO_PS:
-            return self._drop("not_to_ps")
         job = self._jobs.get(pkt.job)
+        # A spill job's ToRs send what goes to their parent as UP: to the PS it is a TO_PS.
+        if pkt.kind != _TO_PS and not (pkt.kind == _UP and job is not None and job.spill):
+            return self._drop("not_to_ps")
         if job is None:
             return self._drop("unknown_job")
         if addr != job.switch and addr not in job.children:
@@ -388,7 +396,7 @@ class ParameterServer:
             and len(self._copies) < MAX_QUEUED_COPIES
         ):
             self._copies.append((job, pkt))
-            return None
+            return []
         return self._accept(job, pkt)
 
     def _accept(self, job: _Job, pkt: Packet) -> _Reply:
@@ -401,8 +409,11 @@ class ParameterServer:
             return self._drop(outcome)
         self._outcomes[outcome] = self._outcomes.get(outcome, 0) + 1  # a Counter's += is slower
         if accepted.reply is None:
-            return None
-        return encode(accepted.reply), job.switch
+            return []
+        data = encode(accepted.reply)
+        if job.spill:  # no root: each ToR multicasts to its workers and frees its aggregator
+            return [(data, job.switch)] + [(data, c) for c in sorted(job.children - {job.switch})]
+        return [(data, job.switch)]
 
     def _sweep(self, now: float) -> None:
         with self._lock:

@@ -142,6 +142,7 @@ class PsControlServer:
                 policy=policy,
                 fresh=body.get("fresh") is True,
                 children=_addresses(body.get("children", [])),
+                spill=_flag(body, "spill"),
             )
             return {}
         if op == "remove":
@@ -170,6 +171,13 @@ def _addresses(value: Any) -> tuple[tuple[str, int], ...]:
     return tuple((str(host), port) for host, port in value)
 
 
+def _flag(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}: expected true or false, got {value!r}")
+    return value
+
+
 def _int(body: dict[str, Any], name: str) -> int:
     value = body[name]
     if not isinstance(value, int) or isinstance(value, bool):
@@ -196,6 +204,7 @@ class RemotePs:
         policy: Policy | str | None = None,
         fresh: bool = False,
         children: tuple[tuple[str, int], ...] = (),
+        spill: bool = False,
     ) -> None:
         if switch is None:
             raise ValueError("a PS elsewhere needs the switch's data address")
@@ -209,6 +218,7 @@ class RemotePs:
             policy=name,
             fresh=fresh,
             children=[[host, port] for host, port in children],
+            spill=spill,
         )
 
     def remove_job(self, job_id: int) -> None:

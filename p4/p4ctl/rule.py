@@ -12,7 +12,8 @@ program is held to it by ``p4/vectors/*.json``. No I/O, no clock: registers in, 
   sum leaves for its PS in the same pass); a complete aggregator is reusable at once.
 - Two levels (``p4/PROTOCOL.md`` section 7): an entry with a parent (`JobConfig.up_port`) sends
   a sum complete here (bitmap = `JobConfig.local_mask`) and the first sends it cannot aggregate
-  up as kind UP; resends go to the PS; a RESULT from the parent goes down.
+  up as kind UP; resends go to the PS; a RESULT from the parent goes down. A spill (7.8) is
+  an entry whose parent is the PS (`up_port` = `ps_port`): the same rule, its UPs to the PS.
 """
 
 from __future__ import annotations

@@ -185,7 +185,9 @@ class Entities:
         This P4Info's `set_job` has no `up_port`/`local_mask` (p4/PROTOCOL.md 7.7): on a switch
         started with a parent, a job whose worker table holds the parent's address as worker
         255 goes up out of that entry's port, and its local workers are the ids below `fan_in`
-        the worker table holds. Any other job is a one-level job.
+        the worker table holds. A job there whose worker table holds some but not all of its
+        workers and no parent is a spill job (7.8): its parent is its PS (`up_port` =
+        `ps_port`). Any other job is a one-level job.
         """
         cfg = self._set_jobs[job]
         parent = self.pipeline.parent
@@ -197,6 +199,8 @@ class Entities:
                 local |= 1 << worker
             elif worker == PS_WORKER_ID and (host, udp_port) == parent:
                 up_port = port
+        if up_port is None and parent is not None and 0 < local < (1 << cfg.fan_in) - 1:
+            up_port = cfg.ps_port  # its racks' sums meet at the PS, not at a spine
         if up_port is not None:
             cfg = replace(cfg, up_port=up_port, local_mask=local)
         if self.pipeline.jobs.get(job) != cfg:

@@ -251,11 +251,13 @@ def test_a_burst_emits_what_single_passes_emit_in_order() -> None:
 PARENT_PORT, CHILD_PORTS = 950, (960, 961)
 
 
-def _two_level_jobs(policy: Policy) -> dict[int, JobConfig]:
-    """Job 1 as a ToR sees it (worker 0 below it, a parent above); job 2 as a spine sees it
-    (two children sending UP packets); job 3 one level."""
+def _two_level_jobs(policy: Policy, spill: bool = False) -> dict[int, JobConfig]:
+    """Job 1 as a ToR sees it (worker 0 below it, a parent above: a spine, or with `spill`
+    its PS, PROTOCOL.md 7.8); job 2 as a spine sees it (two children sending UP packets);
+    job 3 one level."""
     jobs = _jobs(policy)
-    jobs[1] = replace(jobs[1], up_port=PARENT_PORT, local_mask=0b01)
+    up = jobs[1].ps_port if spill else PARENT_PORT
+    jobs[1] = replace(jobs[1], up_port=up, local_mask=0b01)
     return jobs
 
 
@@ -282,15 +284,16 @@ two_level_step = step.flatmap(
 )
 
 
+@pytest.mark.parametrize("parent", ["spine", "ps"])
 @pytest.mark.parametrize("policy", list(Policy), ids=lambda p: p.name.lower())
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(two_level_step, min_size=1, max_size=60))
 def test_engine_agrees_with_the_rule_at_two_levels(
-    policy: Policy, steps: list[dict[str, Any]]
+    parent: str, policy: Policy, steps: list[dict[str, Any]]
 ) -> None:
     # UP packets (several workers, worker 255, from a child), RESULTs from the parent, local
-    # completion that sends up, and the one-level cases around them.
-    jobs = _two_level_jobs(policy)
+    # completion that sends up (to a spine, or a spill's to the PS), and the one-level cases.
+    jobs = _two_level_jobs(policy, spill=parent == "ps")
     pipes = pair(AGGREGATORS, LANES)
     _install_two_level(pipes, jobs)
     for s in steps:
@@ -307,7 +310,7 @@ def test_engine_agrees_with_the_rule_at_two_levels(
             data, port = encode(pkt), CHILD_PORTS[s["child"]]
         elif s["two"] == "result":
             pkt = _two_level_packet(jobs[1], s).replace(kind=Kind.RESULT, flags=Flag.COMPLETE)
-            data, port = encode(pkt), PARENT_PORT
+            data, port = encode(pkt), PARENT_PORT if parent == "spine" else jobs[1].ps_port
         same_pass(*pipes, data, (HOST, port))
 
 

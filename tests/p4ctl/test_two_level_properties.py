@@ -1,5 +1,6 @@
-"""Exactly once across levels (p4/PROTOCOL.md section 7): two ToRs under a spine, and a
-three-level tree (one rule at every level), with the PS's real ledger
+"""Exactly once across levels (p4/PROTOCOL.md section 7): two ToRs under a spine, a
+three-level tree (one rule at every level), and two ToRs whose parent is the PS (a spill, 7.8:
+no spine; the PS sends every result to each ToR of the job), with the PS's real ledger
 (`workers.accumulator.JobLedger`), random delivery order, loss on every hop in both directions,
 network duplicates, resends, esa preemption and priority changes.
 
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from p4ctl.protocol import PS_WORKER_ID, Flag, Kind, Packet, Policy
+from p4ctl.protocol import PS_WORKER_ID, AggState, Flag, Kind, Packet, Policy
 from p4ctl.rule import JobConfig, Registers, ToGroup, check, hashed_index, process, static_index
 
 from workers.accumulator import JobLedger
@@ -48,6 +49,15 @@ TOPOLOGIES: dict[str, tuple[dict[str, str | None], Racks]] = {
             3: (2, {"A": (0, 1)}),
         },
     ),
+    # No spine: a cross-rack job's ToRs have the PS as their parent (up_port = ps_port).
+    "spill": (
+        {"A": None, "B": None},
+        {
+            1: (4, {"A": (0, 1), "B": (2, 3)}),
+            2: (3, {"A": (0,), "B": (1, 2)}),
+            3: (2, {"A": (0, 1)}),
+        },
+    ),
 }
 
 
@@ -72,7 +82,7 @@ class Fabric:
     policy: Policy
     parents: dict[str, str | None]
     racks: Racks
-    roots: dict[int, str]
+    roots: dict[int, str | None]  # None: a spill job, whose results go to each of its ToRs
     switches: dict[str, Switch]
     seqs: dict[int, int]
     ledgers: dict[int, JobLedger]
@@ -98,12 +108,13 @@ def _fabric(topology: str, policy: Policy, priorities: dict[int, int]) -> Fabric
     roots = {}
     for job, (fan_in, tors) in racks.items():
         paths = [_path(parents, tor) for tor in tors]
-        root = next(x for x in paths[0] if all(x in p for p in paths))  # lowest common
+        # The lowest common switch; None: the ToRs spill to the PS, their parent.
+        root = next((x for x in paths[0] if all(x in p for p in paths)), None)
         roots[job] = root
         base = (job - 1) * 2 * PART_SIZE
         common = dict(policy=policy, fan_in=fan_in, part_size=PART_SIZE, ps_port=PS_PORT)
         common |= dict(mcast_group=job, priority=priorities[job])
-        tree = {x for p in paths for x in p[: p.index(root) + 1]}
+        tree = {x for p in paths for x in (p if root is None else p[: p.index(root) + 1])}
         for x in tree:
             below = [t for t, p in zip(tors, paths, strict=True) if x in p]
             mask = sum(_mask(tors[t]) for t in below)
@@ -112,7 +123,7 @@ def _fabric(topology: str, policy: Policy, priorities: dict[int, int]) -> Fabric
             switches[x].jobs[job] = JobConfig(
                 job,
                 part_base=pool - 2 * PART_SIZE - base if flipped else base,
-                up_port=None if x == root else UP,
+                up_port=None if x == root else UP if root is not None else PS_PORT,
                 local_mask=0 if x == root else mask,
                 **common,  # type: ignore[arg-type]
             )
@@ -163,7 +174,8 @@ def _route(fab: Fabric, sw: Switch, port: int, pkt: Packet) -> None:
     """Put what `sw` sent out of `port` in flight toward the node behind that port."""
     _exact(pkt)
     if port == PS_PORT:
-        assert pkt.kind == Kind.TO_PS
+        spill = fab.roots[pkt.job] is None
+        assert pkt.kind == Kind.TO_PS or (spill and pkt.kind == Kind.UP), pkt
         fab.flight.append(("ps", 0, pkt))
     elif port == UP:
         assert pkt.kind == Kind.UP
@@ -180,8 +192,11 @@ def _deliver(fab: Fabric, to: object, sender_port: int, pkt: Packet) -> None:
     if to == "ps":
         accepted = fab.ledgers[pkt.job].accept(pkt)
         if accepted.reply is not None:
-            # The PS answers to the job's root, which sends it down through every level.
-            fab.flight.append((fab.roots[pkt.job], PS_PORT, accepted.reply))
+            # The PS answers to the job's root, which sends it down through every level, or
+            # (spill) to each of its ToRs.
+            root = fab.roots[pkt.job]
+            for to in fab.racks[pkt.job][1] if root is None else (root,):
+                fab.flight.append((to, PS_PORT, accepted.reply))
         return
     if isinstance(to, tuple):
         job, worker = to
@@ -288,3 +303,26 @@ def test_a_cross_rack_job_aggregates_at_both_levels_without_the_ps() -> None:
         via_ps = {p.kind for p in fab.results.values()} == {Kind.PS_RESULT}
         assert via_ps == (policy == Policy.ATP), policy
         assert all(p.worker == PS_WORKER_ID for p in fab.results.values() if via_ps)
+
+
+def test_a_spill_job_aggregates_in_each_rack_and_the_ps_adds_the_racks() -> None:
+    for policy in Policy:
+        fab = _fabric("spill", policy, {1: 0, 2: 0, 3: 0})
+        for worker in range(4):
+            _send(fab, 1, 0, worker, resend=False)
+        to_ps: list[Packet] = []
+        while fab.flight:
+            to, port, pkt = fab.flight.pop(0)
+            if to == "ps":
+                to_ps.append(pkt)
+            _deliver(fab, to, port, pkt)
+        assert all((1, 0, w) in fab.results for w in range(4)), policy
+        # One partial per rack, each the rack's complete local sum, and nothing else.
+        assert sorted(p.bitmap for p in to_ps) == [0b0011, 0b1100], (policy, to_ps)
+        assert all(p.kind == Kind.UP and p.flags & Flag.COMPLETE for p in to_ps), policy
+        assert {p.kind for p in fab.results.values()} == {Kind.PS_RESULT}, policy
+        # The PS_RESULT frees each ToR's aggregator (static keeps its slots, as at one level).
+        if policy != Policy.STATIC:
+            for sw in fab.switches.values():
+                held = [i for i in sw.regs.owned_by(1) if sw.regs.agg_state[i] != AggState.FREE]
+                assert not held, (policy, sw.name)

@@ -139,11 +139,17 @@ def test_an_oversubscribed_uplink_slows_a_cross_rack_job() -> None:
     assert jct(32.0) > 1.5 * jct(1.0)
 
 
-@pytest.mark.parametrize("policy", ["tiered", "tiered-local"])
-def test_a_policy_that_spills_is_refused_in_words(policy: str) -> None:
-    cfg = SimConfig(PolicySpec("esa"), Pool(256, 64))
-    with pytest.raises(ValueError, match="spill"):
-        simulate_fabric_fragments([spec(0)], cfg, two_level_fabric(2), policy=policy)
+def test_tiered_spills_a_job_to_its_tors_with_the_ps_as_parent_and_every_job_finishes() -> None:
+    """PROTOCOL.md 7.8 in the simulator: with 32 aggregators on the spine, tiered moves a
+    cross-rack job off the spine; its ToRs then send their sums to the PS as UP, and the
+    PS's results reach every ToR (else the job's workers never finish)."""
+    case = fabric_cases("spine-memory", 2, seed=0)[1]
+    cfg = replace(case.cfg, spec=replace(case.cfg.spec, policy="esa"))
+    sim = _FragmentFabric(case.jobs, cfg, case.fabric, "tiered", case.placement, cfg.rto_s)
+    run = sim.run()
+    assert len(run.jobs) == len(case.jobs)  # every job finished
+    spilled = {s for s, n in sim.spilled.items() if n > 0}
+    assert spilled and all(case.fabric.switch(s).parent is not None for s in spilled), spilled
 
 
 def test_one_fabric_rank_is_esa_where_every_job_meets_the_same_rivals_everywhere() -> None:

@@ -216,3 +216,46 @@ def test_a_two_level_job_is_finished_from_its_tors_and_its_spine_and_answered_at
         np.testing.assert_array_equal(again.lanes, result.lanes)
         wait_for(ps, 6)
         assert ps.counters().drops == {"foreign_source": 1}
+
+
+def test_a_spill_job_adds_its_racks_and_answers_each_tor(
+    ps: ParameterServer, switch_sock: socket.socket
+) -> None:
+    # p4/PROTOCOL.md 7.8: no spine; each ToR's parent is the PS, its sums come as UP, and
+    # every result (and every answer to a resend) goes to each ToR of the job.
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tor_b,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as other,
+    ):
+        tor_b.bind(("127.0.0.1", 0))
+        tor_b.settimeout(GUARD_S)
+        other.bind(("127.0.0.1", 0))
+        tor_a = switch_sock
+        ps.register_job(
+            6, 4, switch=tor_a.getsockname(), policy=Policy.ATP,
+            children=(tor_b.getsockname(),), spill=True,
+        )  # fmt: skip
+        ps.register_job(7, 4, switch=other.getsockname(), policy=Policy.ATP)
+
+        def up(job: int, seq: int, bitmap: int, flags: Flag = Flag.COMPLETE) -> bytes:
+            lanes = np.full(LANES, bitmap, np.int32)
+            pkt = Packet(Kind.UP, job, PS_WORKER_ID, 4, 5, seq, flags, bitmap=bitmap, lanes=lanes)
+            data: bytes = encode(pkt)
+            return data
+
+        tor_a.sendto(up(6, 0, 0b0011), ps.address)
+        tor_b.sendto(up(6, 0, 0b1100), ps.address)
+        for tor in (tor_a, tor_b):
+            result = decode(tor.recv(2048))
+            assert (result.kind, result.bitmap) == (Kind.PS_RESULT, 0b1111)
+            np.testing.assert_array_equal(result.lanes, np.full(LANES, 0b1111))  # each rack once
+        # A worker's resend (static asks its parent: UP, RESEND) is answered to each ToR too.
+        tor_b.sendto(up(6, 0, 0b0100, Flag.RESEND), ps.address)
+        for tor in (tor_a, tor_b):
+            assert decode(tor.recv(2048)).seq == 0
+        # A job that is not a spill takes no UP: only a spill job's parent is the PS.
+        other.sendto(up(7, 0, 0b1111), ps.address)
+        wait_for(ps, 4)
+    counters = ps.counters()
+    assert counters.outcomes == {"added": 1, "completed": 1, "answered": 1}
+    assert counters.drops == {"not_to_ps": 1}

@@ -87,6 +87,21 @@ def test_a_registered_job_is_served_from_its_switch_only(
     assert ps.counters().drops == {"foreign_source": 1, "unknown_job": 1}
 
 
+def test_a_spill_job_registered_remotely_gets_its_results_at_each_tor(
+    ps: ParameterServer, control: PsControlServer, switch_sock: socket.socket
+) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tor_b:
+        tor_b.bind(("127.0.0.1", 0))
+        tor_b.settimeout(GUARD_S)
+        RemotePs(control.address, SECRET).register_job(
+            7, 2, switch=switch_sock.getsockname(), children=(tor_b.getsockname(),), spill=True
+        )
+        switch_sock.sendto(whole_sum(7, 0), ps.address)
+        for tor in (switch_sock, tor_b):
+            assert tor.recv(65536)[1] == Kind.PS_RESULT
+    assert ps._jobs[7].spill
+
+
 def test_a_new_job_under_a_switch_job_id_gets_nothing_the_ps_kept_for_an_older_one(
     ps: ParameterServer, control: PsControlServer, switch_sock: socket.socket
 ) -> None:
@@ -154,6 +169,7 @@ def test_malformed_requests_are_refused_and_the_channel_keeps_serving(
         ({"op": "register", "job": 1, "fan_in": 2, "switch": ["127.0.0.1", 0]}, "port"),
         ({"op": "register", "job": 1, "fan_in": 2, "switch": ["no.such.host.", 9]}, ""),
         ({"op": "register", "job": 1, "fan_in": 2, "switch": ["h", 9], "policy": 3}, "policy"),
+        ({"op": "register", "job": 1, "fan_in": 2, "switch": ["h", 9], "spill": 1}, "spill"),
         ({"op": "shutdown"}, "unknown op"),
     ],
 )

@@ -1,7 +1,9 @@
 """Two levels over real UDP (p4/PROTOCOL.md section 7): two soft switches as ToRs under a
 third as spine, each programmed over its own P4Runtime server, 2 x 2 workers of a cross-rack
-job, and the PS. Every switch drops 1% of what it receives (worker -> ToR, ToR -> spine,
-spine -> ToR, PS -> spine); every sum stays within the quantisation bound of the exact sum.
+job, and the PS; and the same job spilled (7.8: the spine holds no entry for it, each ToR
+sends its rack's sum to the PS, which sends the result to both ToRs). Every switch drops 1%
+of what it receives (worker -> ToR, ToR -> spine, spine -> ToR, PS -> spine); every sum stays
+within the quantisation bound of the exact sum.
 
 Each ToR is started with its parent; `p4ctl.tree_install` writes 7.2's tables through each
 switch's `SwitchClient`, and the ToRs derive their two-level fields from them (7.7).
@@ -44,11 +46,17 @@ class Fabric:
     clients: list[AllreduceClient] = field(default_factory=list)
 
     def install(
-        self, job: int, policy: Policy, racks: dict[str, int], priority: int = 0
+        self,
+        job: int,
+        policy: Policy,
+        racks: dict[str, int],
+        priority: int = 0,
+        *,
+        spill: bool = False,
     ) -> dict[int, AllreduceClient]:
-        """Install `job` as 7.2 says (on the spine only when it spans racks), register it with
-        the PS and start its workers; `racks` gives each ToR's worker count. Workers are
-        numbered across racks in order."""
+        """Install `job` as 7.2 says (on the spine only when it spans racks; `spill`: never,
+        its ToRs' parent is the PS, 7.8), register it with the PS and start its workers;
+        `racks` gives each ToR's worker count. Workers are numbered across racks in order."""
         fan_in = sum(racks.values())
         base = 2 * PART * (job - 1)
         ps = Endpoint(*self.ps.address)
@@ -61,9 +69,16 @@ class Fabric:
             for w in ids:
                 workers[w] = self._client(tor, job, w, fan_in, policy, base)
             placed.append((self.control[name], {w: Endpoint(*workers[w].endpoint) for w in ids}))
-        tree = install_job_tree(install, placed, self.control["spine"])
+        tree = install_job_tree(install, placed, None if spill else self.control["spine"])
+        assert tree.spill == (spill and len(racks) > 1)
         self.ps.register_job(
-            job, fan_in, switch=tree.root, window=WINDOW, policy=policy, children=tree.children
+            job,
+            fan_in,
+            switch=tree.root,
+            window=WINDOW,
+            policy=policy,
+            children=tree.children,
+            spill=tree.spill,
         )
         return workers
 
@@ -203,3 +218,23 @@ def test_an_esa_job_preempted_at_the_spine_stays_exact(make_fabric: Any) -> None
             break
     assert fabric.counter(fabric.spine, "job_preempted", 3) > 0
     assert fabric.counter(fabric.spine, "job_evicted", 1) > 0
+
+
+@pytest.mark.parametrize("policy", list(Policy), ids=lambda p: p.name.lower())
+def test_a_spilled_job_aggregates_in_each_rack_and_is_exact_under_loss(
+    make_fabric: Any, policy: Policy
+) -> None:
+    # The spine has no entry for job 1: each ToR sums its rack and sends it to the PS (7.8).
+    fabric = make_fabric(128)
+    spilled = fabric.install(1, policy, {"A": 2, "B": 2}, spill=True)
+    inside = fabric.install(2, policy, {"A": 2})
+    _allreduce_exactly({1: spilled, 2: inside}, ROUNDS)
+    assert all(int(cells[1]) == 0 for cells in fabric.spine.pipeline.job_packets.values())
+    for tor, mask in zip(fabric.tors.values(), (0b0011, 0b1100), strict=True):
+        cfg = tor.pipeline.jobs[1]  # as 7.7 derives it: the PS is the parent
+        assert (cfg.up_port, cfg.local_mask) == (cfg.ps_port, mask), cfg
+        assert fabric.counter(tor, "job_aggregated", 1) > 0, "a rack's sum was not built"
+    outcomes = fabric.ps.counters().outcomes
+    assert outcomes.get("completed", 0) > 0 and outcomes.get("added", 0) > 0, outcomes
+    lost = sum(int(p.pipeline.drop_packets[DropReason.INJECTED_LOSS]) for p in fabric.tors.values())
+    assert lost > 0, "no loss was injected"
