@@ -1,22 +1,18 @@
 """``inasched bench jct`` (``python -m bench.jct``): the memory policies' JCT on one workload.
 
     inasched bench jct --workload philly --policies static,atp,esa --out results/philly --sim
-    inasched bench jct --workload synthetic-1000 --out results/mem --sweep memory=8192,16384
-    inasched bench jct --workload synthetic-10 --out results/emu --emu
     inasched bench jct --workload philly --topology scheduler/data/topology-2tors.json \
         --placement spread --policies esa,tiered --out results/fabric --sweep racks=2,4
 
 Every policy runs on the same jobs with the same `BenchParams` (`bench.jct.params`, each value with
-its source). The output folder gets ``summary.json``, ``jobs.csv``, the plots and ``report.md``;
-with atp, esa-nopreempt and esa among the policies, esa's gain over atp is decomposed
-(`bench.jct.ablation`). ``--sweep`` adds a folder per value, ``sweep.csv`` and ``cpu.csv``; two
-``--sweep`` run their grid and draw heatmaps (`bench.jct.grid`); ``--jobs N`` runs the points in N
-processes, ``--dask ADDRESS`` on a Dask cluster (`bench.jct.cluster`). ``--service URL --token T``
-also stores the run in the service. ``--sim`` (default) drives ``scheduler.simulator``; ``--emu``
-runs real processes on loopback (`bench.jct.emu`); ``--topology FILE`` runs the fabric simulator
-(`bench.jct.fabric`), with ``--emu`` the service on that fabric (`bench.jct.emufabric`). A bad
-argument is one line on stderr and exit status 2; ``--out`` must be a new or empty folder unless
-``--force`` is given.
+its source), into ``summary.json``, ``jobs.csv``, the plots and ``report.md``; esa's gain over atp
+is decomposed when atp, esa-nopreempt and esa run (`bench.jct.ablation`). ``--sweep`` adds a
+folder per value, ``sweep.csv``, ``cpu.csv`` and, for two, heatmaps (`bench.jct.grid`), its points
+in ``--jobs N`` processes or on a ``--dask ADDRESS`` cluster (`bench.jct.cluster`). ``--sim``
+(default) drives ``scheduler.simulator``, ``--emu`` real processes on loopback (`bench.jct.emu`);
+``--topology FILE`` the fabric simulator (`bench.jct.fabric`), or with ``--emu`` the service on that
+fabric (`bench.jct.emufabric`). ``--service URL --token T`` also stores the run. A bad argument is
+one line on stderr and exit status 2; ``--out`` must be new or empty unless ``--force`` is given.
 """
 
 from __future__ import annotations
