@@ -301,5 +301,19 @@ def test_the_command_validates_a_fabric_run_with_the_fabric_simulator(
     assert result["runs_ranked_as_sim"] == {"agreeing": 1, "runs": 1}
     assert result["ranking_runs_target"] == "at least 1 of 1"
     assert result["passed"] and code == 0
-    with pytest.raises(SystemExit, match="--skew and --calibrate"):
+    with pytest.raises(SystemExit, match="--skew reruns the one-switch"):
         cli.main([*argv, "--topology", topology, "--skew"])
+
+
+def test_a_calibration_on_a_fabric_fits_the_fabric_simulators_jcts() -> None:
+    # As above, with the fabric simulator for the runner: the JCTs it made with the true
+    # static rate are found again from a rate off by 2x.
+    from bench.jct.fabric import FabricRunner, FabricSetting
+
+    runner = FabricRunner(FabricSetting("scheduler/data/topology-loopback-spine.json", "spread"))
+    jobs = emu_workload("synthetic-10", 1)
+    want = {"static": calibration.sim_avg_jct(jobs, "static", TRUE, runner)}
+    off = TRUE.with_value("switch_pps", repr(TRUE.sim.switch_pps * 2))
+    params, cal = calibration.calibrate(off, jobs, want, runner)
+    assert cal["sim_avg_jct"]["static"] == pytest.approx(want["static"], rel=0.01)
+    assert want["static"] != pytest.approx(calibration.sim_avg_jct(jobs, "static", TRUE), rel=0.01)

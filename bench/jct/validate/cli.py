@@ -14,7 +14,7 @@ import bench.jct.validate as package
 from bench.jct.cli import main as bench_main
 from bench.jct.cli import run_bench
 from bench.jct.emu import emu_config
-from bench.jct.fabric import FabricSetting, read_setting
+from bench.jct.fabric import FabricRunner, FabricSetting, read_setting
 from bench.jct.params import BenchParams
 from bench.jct.validate.calibrate import CALIBRATED, calibrate
 from bench.jct.validate.fit import matched_params, skewed_runner
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     params, skew, derived = matched_params(rates)
     calibration = None
     if args.calibrate:
-        params, calibration = _calibrated(params, args.calibrate, runs, derived)
+        params, calibration = _calibrated(params, args.calibrate, runs, derived, setting)
     policies = ",".join(emu["policies"])
     sim_argv = [
         "--workload", str(runs / "workload.csv"), "--policies", policies,
@@ -124,10 +124,10 @@ def _fabric(args: argparse.Namespace, runs: Path) -> FabricSetting | None:
     """``--topology``'s fabric with the placement the run in `runs` used (None without)."""
     if args.topology is None:
         return None
-    if args.skew or args.calibrate:
+    if args.skew:
         raise SystemExit(
-            "--topology validates with probes on the fabric: --skew and --calibrate refit the "
-            "one-switch simulator and are not offered with it"
+            "--topology validates with probes on the fabric: --skew reruns the one-switch "
+            "simulator and is not offered with it"
         )
     doc = json.loads((runs / "summary.json").read_text())
     placement = args.placement or doc.get("parameters", {}).get("placement", "packed")
@@ -194,9 +194,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--topology",
         metavar="FILE",
-        help="the fabric --emu-out ran on (bench jct --emu --topology): the probes run on it "
-        "and --sim runs the fabric simulator on it; passed also needs the runs ranked as --sim "
-        "ranks the policies in 8 of 10",
+        help="the fabric --emu-out ran on (bench jct --emu --topology): the probes run on "
+        "it, --sim and --calibrate run the fabric simulator on it; passed also needs the runs "
+        "ranked as --sim ranks the policies in 8 of 10",
     )
     p.add_argument(
         "--placement", help="--topology only; default: the placement --emu-out's run used"
@@ -228,7 +228,11 @@ def _measure(
 
 
 def _calibrated(
-    params: BenchParams, folders: list[Path], runs: Path, derived: dict[str, Any]
+    params: BenchParams,
+    folders: list[Path],
+    runs: Path,
+    derived: dict[str, Any],
+    setting: FabricSetting | None = None,
 ) -> tuple[BenchParams, dict[str, Any]]:
     """`params` with the shared rates refitted to the average JCTs of the ``--calibrate``
     runs in `folders` (another workload than the one in `runs`), and what the calibration
@@ -241,7 +245,8 @@ def _calibrated(
             "calibrate on another one (say, the same name with another --seed)"
         )
     means = {name: float(r["avg_jct"]) for name, r in cal["policies"].items()}
-    params, calibration = calibrate(params, read_workload(cal_csv), means)
+    runner = FabricRunner(setting) if setting is not None else None
+    params, calibration = calibrate(params, read_workload(cal_csv), means, runner)
     calibration["folders"] = cal["folders"]
     calibration["emu_runs"] = {n: r["runs"] for n, r in cal["policies"].items()}
     calibration["probe_parameters"] = {f: derived[f] for f in CALIBRATED}
