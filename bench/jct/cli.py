@@ -1,18 +1,18 @@
 """``inasched bench jct`` (``python -m bench.jct``): the memory policies' JCT on one workload.
 
     inasched bench jct --workload philly --policies static,atp,esa --out results/philly --sim
-    inasched bench jct --workload synthetic-10 --out results/emu --emu
+    inasched bench jct --workload philly --topology scheduler/data/topology-2tors.json \
+        --placement spread --policies esa,tiered --out results/fabric --sweep racks=2,4
 
 Every policy runs on the same jobs with the same `BenchParams` (`bench.jct.params`, each value with
-its source). The output folder gets ``summary.json``, ``jobs.csv``, the plots and ``report.md``;
-with atp, esa-nopreempt and esa among the policies, esa's gain over atp is decomposed
-(`bench.jct.ablation`). ``--sweep`` adds a folder per value, ``sweep.csv`` and ``cpu.csv``; two
-``--sweep`` run their grid and draw heatmaps (`bench.jct.grid`); ``--jobs N`` runs the points in N
-processes, ``--dask ADDRESS`` on a Dask cluster (`bench.jct.cluster`). ``--service URL --token T``
-also stores the run in the service. ``--sim`` (default) drives ``scheduler.simulator``; ``--emu``
-runs real processes on loopback (`bench.jct.emu`); ``--topology FILE`` runs the fabric simulator
-(`bench.jct.fabric`). A bad argument is one line on stderr and exit status 2; ``--out`` must be a
-new or empty folder unless ``--force`` is given.
+its source), into ``summary.json``, ``jobs.csv``, the plots and ``report.md``; esa's gain over atp
+is decomposed when atp, esa-nopreempt and esa run (`bench.jct.ablation`). ``--sweep`` adds a
+folder per value, ``sweep.csv``, ``cpu.csv`` and, for two, heatmaps (`bench.jct.grid`), its points
+in ``--jobs N`` processes or on a ``--dask ADDRESS`` cluster (`bench.jct.cluster`). ``--sim``
+(default) drives ``scheduler.simulator``, ``--emu`` real processes on loopback (`bench.jct.emu`);
+``--topology FILE`` the fabric simulator (`bench.jct.fabric`), or with ``--emu`` the service on that
+fabric (`bench.jct.emufabric`). ``--service URL --token T`` also stores the run. A bad argument is
+one line on stderr and exit status 2; ``--out`` must be new or empty unless ``--force`` is given.
 """
 
 from __future__ import annotations
@@ -151,8 +151,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--topology",
         metavar="FILE",
-        help="run on this fabric (docs/topology.md) with the fabric simulator; adds the "
-        f"fabric policies {', '.join(fabric_policy_names())} and the --sweep/--set keys "
+        help="run on this fabric (docs/topology.md) with the fabric simulator (with --emu: the "
+        "service on its soft switches, bench.jct.emufabric); adds the fabric policies (--sim) "
+        f"{', '.join(fabric_policy_names())}, and the --sweep/--set keys "
         f"{', '.join(FABRIC_KEYS)} (memory: every switch)",
     )
     p.add_argument(
@@ -356,7 +357,15 @@ def _checked_policies(parser: argparse.ArgumentParser, args: argparse.Namespace)
         hint = "" if args.topology else f" ({', '.join(fabric_policy_names())} with --topology)"
         parser.error(f"unknown policies {unknown}; choose from {','.join(known)}{hint}")
     if args.topology is not None and args.emu:
-        parser.error("--topology runs the fabric simulator (--sim); the emulation has one switch")
+        fabric_only = [p for p in policies if p in fabric_policy_names()]
+        if fabric_only:
+            parser.error(
+                f"{','.join(fabric_only)} run in --sim only: the service installs one placement "
+                "on every switch of a job's tree and runs the switch policies "
+                f"({','.join(policy_names())}) there (bench.jct.emufabric)"
+            )
+        if args.emu_hosts:
+            parser.error("--emu-hosts and --topology: the topology's racks give the addresses")
     if args.placement is not None and args.topology is None:
         parser.error("--placement places jobs onto a fabric's racks; add --topology FILE")
     if args.emu and set(policies) & set(ablation_names()):
@@ -437,7 +446,12 @@ class _Point:
 
 def _run_point(task: _Point, runner: PolicyRunner, bar: tqdm | None) -> RunOutcome:
     task.folder.mkdir(parents=True, exist_ok=True)
-    if task.fabric is not None:
+    if task.fabric is not None and task.backend == "emu":
+        from bench.jct.emu import emu_config
+        from bench.jct.emufabric import emu_fabric_runner
+
+        runner = emu_fabric_runner(task.fabric, emu_config(task.emu_config or "default"))
+    elif task.fabric is not None:
         runner = FabricRunner(task.fabric)
     return run_bench(
         task.jobs,
@@ -595,12 +609,17 @@ def compute_bench(
     if fabric is not None:
         # One switch's bound does not hold in a fabric, whose every switch runs that model.
         ideal_avg = None
-        notes = [
-            "Fabric: scheduler.fabricsim runs the fluid model below at every switch of a "
+        fabric_note = (
+            "Fabric: the service on the topology's soft switches (one process each), each "
+            "job's workers bound to addresses of the racks the fabric simulator placed it on "
+            "(bench.jct.emufabric); the service places a job once, on a pool the size of the "
+            "smallest switch, at every switch of its tree (docs/fabric.md)."
+            if backend == "emu"
+            else "Fabric: scheduler.fabricsim runs the fluid model below at every switch of a "
             "job's tree (scheduler.fabricflow); not validated against the fragment-level "
-            "model, which has one switch (docs/topology.md says what is validated).",
-            *notes,
-        ]
+            "model, which has one switch (docs/topology.md says what is validated)."
+        )
+        notes = [fabric_note, *notes]
         parameters["topology"], parameters["placement"] = fabric.describe(), fabric.placement
         extra_sources["topology"] = "--topology FILE and the --set/--sweep fabric keys"
         extra_sources["placement"] = "--placement (scheduler.placement)"
@@ -622,7 +641,8 @@ def compute_bench(
         validate=fabric is None,
     )
     if fabric is not None:
-        report = "\n".join([report.rstrip("\n"), *render_fabric(fabric, runs)]) + "\n"
+        section = render_fabric(fabric, runs, emulated=backend == "emu")
+        report = "\n".join([report.rstrip("\n"), *section]) + "\n"
     if decomposition is not None:
         section = ablation.render(decomposition, params.sim.spec.priority)
         report = "\n".join([report.rstrip("\n"), *section]) + "\n"

@@ -250,7 +250,14 @@ def _free_port() -> int:
 class _Service:
     """The service app in a uvicorn thread, and a tenant token for it."""
 
-    def __init__(self, policy: str, params: BenchParams, config: EmuConfig, data_dir: Path) -> None:
+    def __init__(
+        self,
+        policy: str,
+        params: BenchParams,
+        config: EmuConfig,
+        data_dir: Path,
+        topology: Path | None = None,
+    ) -> None:
         try:
             import uvicorn
 
@@ -264,7 +271,9 @@ class _Service:
             dict(
                 data_dir=data_dir,
                 policy=replace(params.sim.spec, policy=policy),
-                switch={"aggregators": config.aggregators, "lanes": params.lanes},
+                # On a fabric every switch is sized by the topology file.
+                switch={"aggregators": config.aggregators, "lanes": params.lanes}
+                | ({"topology": topology} if topology is not None else {}),
                 window=config.window,
                 seed=params.sim.seed,
                 http={"port": self.port},
@@ -317,6 +326,7 @@ def _run_policy(
     config: EmuConfig,
     data_dir: Path,
     hosts: Sequence[str] = (),
+    topology: Path | None = None,
 ) -> PolicyRun:
     util: list[tuple[float, float]] = []
     counters: dict[str, list[dict[str, int]]] = {}
@@ -331,7 +341,7 @@ def _run_policy(
         for procs in warm.values():
             for p in procs:
                 p.wait_ready(deadline)
-        with _Service(policy, params, config, data_dir) as svc:
+        with _Service(policy, params, config, data_dir, topology) as svc:
             http = httpx.Client(
                 base_url=svc.url, headers={"Authorization": f"Bearer {svc.token}"}, timeout=30
             )

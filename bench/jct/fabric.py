@@ -212,28 +212,38 @@ def fabric_document(setting: FabricSetting, runs: Sequence[PolicyRun]) -> dict[s
     }  # fmt: skip
 
 
-def render_fabric(setting: FabricSetting, runs: Sequence[PolicyRun]) -> list[str]:
-    """The report's fabric section: where the run was, and each policy's JCT and score."""
+def render_fabric(
+    setting: FabricSetting, runs: Sequence[PolicyRun], emulated: bool = False
+) -> list[str]:
+    """The report's fabric section: where the run was, and each policy's JCT and score (the
+    score is the simulator's alone: `emulated` runs show "-")."""
+    where = (
+        "Emulation: the service on one soft switch process per switch, the workers where "
+        "scheduler.fabricsim placed them (bench.jct.emufabric)."
+        if emulated
+        else "Simulator: scheduler.fabricsim (per-switch fluid model, scheduler.fabricflow; "
+        "each job's allreduce takes its slowest switch, ToR uplink or PS bound)."
+    )
     lines = [
         "",
         "## Fabric",
         "",
         f"Topology: {setting.describe()}.",
         f"Placement: {setting.placement} (scheduler.placement; one INA worker per server).",
-        "Simulator: scheduler.fabricsim (per-switch fluid model, scheduler.fabricflow; each "
-        "job's allreduce takes its slowest switch, ToR uplink or PS bound).",
+        where,
         "",
         "| policy | avg JCT | p99 | INA score | cross-rack jobs | of them ever at ToRs only |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for r in runs:
-        if r.ina is None or not r.jobs:
+        if not r.jobs or (r.ina is None and not emulated):
             continue
         s = summarise(r)
-        score = "-" if r.ina.score is None else f"{r.ina.score:.3f}"
+        score = "-" if r.ina is None or r.ina.score is None else f"{r.ina.score:.3f}"
+        cross = ("-", "-") if r.ina is None else (r.ina.cross_rack, r.ina.at_tors)
         lines.append(
             f"| {r.policy} | {s.avg_jct:,.1f} | {s.p99_jct:,.1f} | {score} | "
-            f"{r.ina.cross_rack} | {r.ina.at_tors} |"
+            f"{cross[0]} | {cross[1]} |"
         )
     lines += ["", f"Score: {SCORE_DEFINITION}."]
     return lines

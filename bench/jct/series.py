@@ -1,17 +1,18 @@
 """Repeated ``--emu`` runs of one workload, interleaved, and how often esa beats each baseline.
 
     python -m bench.jct.series --workload synthetic-10 --emu-config memory --runs 10 --out DIR
+        [--topology FILE --placement spread]
 
 The loopback's run-to-run spread is as large as the differences between policies, so one run
-says little. This runs the emulation `--runs` times (``DIR/run-01``, ...), every policy in
-every run, the policy order rotated by one each run so that a slow stretch of the machine
-does not always fall on the same policy. It counts, per baseline, the runs in which esa's
-average JCT is lower and reports the spread of each ratio and of the CPU's busy share. A run
-folder that already holds a ``summary.json`` is kept, so an interrupted series resumes;
-``--summarise`` only reads the folders there are. ``DIR/series.json`` holds ``runs``,
+says little. This runs the emulation `--runs` times (``DIR/run-01``, ...), every policy in every
+run (on a fabric with ``--topology``), the policy order rotated by one each run so that a slow
+stretch of the machine does not always fall on the same policy. It counts, per baseline, the
+runs in which esa's average JCT is lower and reports the spread of each ratio and of the CPU's
+busy share. A run folder that already holds a ``summary.json`` is kept, so an interrupted series
+resumes; ``--summarise`` only reads the folders there are. ``DIR/series.json`` holds ``runs``,
 ``wins`` and ``parameters``; ``DIR/series.md`` the same as tables. The runs pair up, so
-``bench.jct.validate --emu-out DIR/run-01 --repeats DIR/run-02 ...`` validates ``--sim``
-against them.
+``bench.jct.validate --emu-out DIR/run-01 --repeats DIR/run-02 ...`` validates ``--sim`` against
+them.
 """
 
 from __future__ import annotations
@@ -124,6 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policies", default=",".join(policy_names()))
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument(
+        "--topology",
+        metavar="FILE",
+        help="run on this fabric (bench jct --emu --topology: bench.jct.emufabric)",
+    )
+    p.add_argument("--placement", help="--topology only: how jobs are placed onto racks")
     p.add_argument("--summarise", action="store_true", help="only read the run folders there are")
     args = p.parse_args(argv)
     policies = [x for x in args.policies.split(",") if x]
@@ -138,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
                     "--policies", ",".join(rotated(policies, run)),
                     "--emu", "--emu-config", args.emu_config,
                     "--out", str(folder), "--force", "--quiet",
+                    *(["--topology", args.topology] if args.topology else []),
+                    *(["--placement", args.placement] if args.placement else []),
                 ]
             )  # fmt: skip
             if code != 0:

@@ -18,6 +18,7 @@ import pytest
 from distributed import Client, LocalCluster  # the dask extra, which make installs
 
 import bench
+import bench.jct.fabric
 import bench.jct.sim
 from bench.jct import cluster
 from bench.jct.cli import main
@@ -98,6 +99,39 @@ def test_a_sweep_on_the_cluster_writes_the_files_of_a_jobs_1_run(
     ran_here = "inasched bench jct " + shlex.join([*SWEEP, "--out", str(local), "--jobs", "1"])
     ran_there = "inasched bench jct " + shlex.join(
         [*SWEEP, "--out", str(remote), "--dask", scheduler]
+    )
+    for name in want:
+        if name == "cpu.csv":
+            continue
+        if name.endswith("report.md"):
+            assert ran_here in want[name].decode()
+            assert got[name].decode() == want[name].decode().replace(ran_here, ran_there), name
+        else:
+            assert got[name] == want[name], name
+
+
+def test_a_fabric_sweep_on_the_cluster_writes_the_files_of_a_jobs_1_run(
+    scheduler: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topology = str(ROOT / "scheduler" / "data" / "topology-2tors.json")
+    sweep = ["--workload", "synthetic-4", "--policies", "esa,tiered", "--sim", "--quiet",
+             "--topology", topology, "--placement", "spread",
+             "--sweep", "spine_memory=256,4096"]  # fmt: skip
+    local, remote = tmp_path / "jobs-1", tmp_path / "dask"
+    assert main([*sweep, "--out", str(local), "--jobs", "1"]) == 0
+
+    def here(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a --dask point ran in this process")
+
+    monkeypatch.setattr(bench.jct.fabric, "simulate_fabric", here)
+    assert main([*sweep, "--out", str(remote), "--dask", scheduler]) == 0
+
+    want, got = _files(local), _files(remote)
+    assert sorted(got) == sorted(want)
+    assert {"sweep.csv", "spine_memory=256/summary.json", "spine_memory=4096/report.md"} <= set(got)
+    ran_here = "inasched bench jct " + shlex.join([*sweep, "--out", str(local), "--jobs", "1"])
+    ran_there = "inasched bench jct " + shlex.join(
+        [*sweep, "--out", str(remote), "--dask", scheduler]
     )
     for name in want:
         if name == "cpu.csv":

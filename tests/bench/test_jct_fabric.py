@@ -98,7 +98,8 @@ def test_a_fabric_setting_builds_what_its_keys_say() -> None:
         (["--topology", TOPOLOGY, "--sweep", "racks=0"], "racks must be > 0"),
         (["--topology", TOPOLOGY, "--set", "spine_memory=x"], "spine_memory must be a whole"),
         (["--topology", TOPOLOGY, "--placement", "trace"], "the trace carries none"),
-        (["--topology", TOPOLOGY, "--emu"], "--topology runs the fabric simulator"),
+        (["--topology", TOPOLOGY, "--emu", "--policies", "esa,tiered"], "tiered run in --sim"),
+        (["--topology", TOPOLOGY, "--emu", "--emu-hosts", "127.0.1.1"], "the topology's racks"),
         (["--topology", TOPOLOGY, "--sweep", "racks=2", "--sweep", "racks=4"], "twice"),
     ],
 )

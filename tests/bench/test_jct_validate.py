@@ -264,3 +264,56 @@ def test_the_command_calibrates_on_another_workload_only(rates: dict, tmp_path: 
     assert "Calibrated" in (out / "validation.md").read_text()
     with pytest.raises(SystemExit, match="validated workload itself"):
         cli.main([*argv, "--calibrate", str(tmp_path / "seed-0"), "--out", str(out)])
+
+
+def test_compare_counts_the_runs_ranked_wholly_as_the_simulator_ranks() -> None:
+    emu = {"policies": {k: {"avg_jct": sum(x) / 3, "runs": x, "spread_pct": 0.0} for k, x in
+                        {"static": [9.0, 9.0, 9.0], "atp": [6.0, 7.0, 6.0],
+                         "esa": [5.0, 7.5, 6.5]}.items()}}  # fmt: skip
+    sim = {"policies": {"static": {"avg_jct": 9.0}, "atp": {"avg_jct": 6.5},
+                        "esa": {"avg_jct": 6.0}}}  # fmt: skip
+    # Run 1 orders esa, atp, static as the simulator does; runs 2 and 3 put atp first.
+    assert report.compare(emu, sim)["runs_ranked_as_sim"] == {"agreeing": 1, "runs": 3}
+
+
+def test_the_command_validates_a_fabric_run_with_the_fabric_simulator(
+    rates: dict, tmp_path: Path
+) -> None:
+    # An "emulation" that is the fabric simulator with the true parameters: the fitted --sim
+    # run on the same topology must agree with it, and one run of one ranks as it does.
+    from bench.jct.cli import run_bench
+    from bench.jct.fabric import FabricRunner, FabricSetting
+
+    topology = "scheduler/data/topology-loopback-spine.json"
+    setting = FabricSetting(topology, "spread")
+    jobs = emu_workload("synthetic-10", 0)
+    write_workload(jobs, tmp_path / "workload.csv")
+    run_bench(
+        list(jobs), ["static", "atp", "esa"], TRUE, FabricRunner(setting), out=tmp_path,
+        workload=str(tmp_path / "workload.csv"), backend="sim", command="test", fabric=setting,
+    )  # fmt: skip
+    (tmp_path / "rates.json").write_text(json.dumps(rates))
+    argv = ["--emu-out", str(tmp_path), "--rates", str(tmp_path / "rates.json")]
+    code = cli.main([*argv, "--topology", topology])
+    result = json.loads((tmp_path / "validation.json").read_text())
+    assert "--topology " + topology + " --placement spread" in result["sim_command"]
+    assert result["max_abs_gap_pct"] < 3.0
+    assert result["runs_ranked_as_sim"] == {"agreeing": 1, "runs": 1}
+    assert result["ranking_runs_target"] == "at least 1 of 1"
+    assert result["passed"] and code == 0
+    with pytest.raises(SystemExit, match="--skew reruns the one-switch"):
+        cli.main([*argv, "--topology", topology, "--skew"])
+
+
+def test_a_calibration_on_a_fabric_fits_the_fabric_simulators_jcts() -> None:
+    # As above, with the fabric simulator for the runner: the JCTs it made with the true
+    # static rate are found again from a rate off by 2x.
+    from bench.jct.fabric import FabricRunner, FabricSetting
+
+    runner = FabricRunner(FabricSetting("scheduler/data/topology-loopback-spine.json", "spread"))
+    jobs = emu_workload("synthetic-10", 1)
+    want = {"static": calibration.sim_avg_jct(jobs, "static", TRUE, runner)}
+    off = TRUE.with_value("switch_pps", repr(TRUE.sim.switch_pps * 2))
+    params, cal = calibration.calibrate(off, jobs, want, runner)
+    assert cal["sim_avg_jct"]["static"] == pytest.approx(want["static"], rel=0.01)
+    assert want["static"] != pytest.approx(calibration.sim_avg_jct(jobs, "static", TRUE), rel=0.01)

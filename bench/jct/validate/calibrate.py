@@ -30,22 +30,29 @@ COST_BRACKET = (1e-3, 50.0)
 SHARED = tuple(name for name in policy_names() if policy_class(name).shared)
 
 
-def sim_avg_jct(jobs: Sequence[JobSpec], policy: str, params: BenchParams) -> float:
-    """The simulator's average JCT (s) of `jobs` under `policy`."""
-    run = skewed_runner(None)(list(jobs), policy, params)
+def sim_avg_jct(
+    jobs: Sequence[JobSpec], policy: str, params: BenchParams, runner: Any = None
+) -> float:
+    """The simulator's average JCT (s) of `jobs` under `policy` (`runner`: a `PolicyRunner`,
+    such as a fabric's; None: the one-switch simulator)."""
+    run = (runner or skewed_runner(None))(list(jobs), policy, params)
     if len(run.jobs) != len(jobs):
         raise RuntimeError(f"the simulated {policy} run finished {len(run.jobs)} of {len(jobs)}")
     return statistics.fmean(j.jct_s for j in run.jobs)
 
 
 def calibrate(
-    params: BenchParams, jobs: Sequence[JobSpec], emu_avg_jct: dict[str, float]
+    params: BenchParams,
+    jobs: Sequence[JobSpec],
+    emu_avg_jct: dict[str, float],
+    runner: Any = None,
 ) -> tuple[BenchParams, dict[str, Any]]:
     """Refit the switch's shared rates on a calibration workload (`jobs`, not the validated
-    one) whose --emu average JCTs per policy are `emu_avg_jct`. The probes fix what one job
-    costs (``job_setup_s``, ``iteration_overhead_s``, ``link_gbps``); the calibration what jobs
-    cost each other when they arrive, queue and leave as a workload's do, which probes running
-    the whole time together do not show:
+    one) whose --emu average JCTs per policy are `emu_avg_jct`, simulated by `runner` (None:
+    one switch; a `FabricRunner` on a fabric). The probes fix what one job costs
+    (``job_setup_s``, ``iteration_overhead_s``, ``link_gbps``); the calibration what jobs cost
+    each other when they arrive, queue and leave as a workload's do, which probes running the
+    whole time together do not show:
 
     - ``switch_pps`` so that the simulator's static average JCT is the emulation's (static's
       packets never reach the PS, so nothing else moves it);
@@ -57,7 +64,7 @@ def calibrate(
     if "static" in emu_avg_jct:
 
         def static_jct(pps: float) -> float:
-            return sim_avg_jct(jobs, "static", params.with_value("switch_pps", repr(pps)))
+            return sim_avg_jct(jobs, "static", params.with_value("switch_pps", repr(pps)), runner)
 
         pps = bisect_log(static_jct, emu_avg_jct["static"], PPS_BRACKET, slower_with_more=False)
         params = params.with_value("switch_pps", repr(pps))
@@ -67,13 +74,14 @@ def calibrate(
         def misfit(log_cost: float) -> float:
             trial = params.with_value("ps_switch_cost", repr(math.exp(log_cost)))
             return sum(
-                math.log(sim_avg_jct(jobs, name, trial) / emu_avg_jct[name]) ** 2 for name in shared
+                math.log(sim_avg_jct(jobs, name, trial, runner) / emu_avg_jct[name]) ** 2
+                for name in shared
             )
 
         lo, hi = (math.log(x) for x in COST_BRACKET)
         cost = math.exp(_golden_min(misfit, lo, hi, tol=1e-3))
         params = params.with_value("ps_switch_cost", repr(cost))
-    fitted = {name: sim_avg_jct(jobs, name, params) for name in emu_avg_jct}
+    fitted = {name: sim_avg_jct(jobs, name, params, runner) for name in emu_avg_jct}
     return params, {
         "emu_avg_jct": dict(emu_avg_jct),
         "sim_avg_jct": fitted,

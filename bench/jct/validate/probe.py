@@ -22,6 +22,7 @@ import statistics
 from typing import Any
 
 from bench.jct.emu import EMU_AGGREGATORS, EMU_WINDOW, EmuConfig, emu_config
+from bench.jct.fabric import FabricSetting
 from bench.jct.params import BenchParams
 from scheduler.memory import COPIES_PER_SLOT, partition_slots
 from scheduler.registry import policy_names
@@ -88,13 +89,17 @@ def _probe_jct(
     concurrent: int,
     compute_s: float = 0.0,
     config: EmuConfig | None = None,
+    fabric: FabricSetting | None = None,
 ) -> float:
     """Mean JCT (s) of `concurrent` identical probe jobs submitted to the emulation (with
-    `config`'s pool and window; the default configuration's when None)."""
+    `config`'s pool and window, the default configuration's when None; on `fabric`'s soft
+    switches, placed as the fabric simulator places them, when given)."""
     from bench.jct.emu import emu_runner
+    from bench.jct.emufabric import emu_fabric_runner
 
     jobs = probe_jobs(grad_bytes, iterations, concurrent, compute_s)
-    run = emu_runner(config)(jobs, policy, BenchParams())
+    runner = emu_runner(config) if fabric is None else emu_fabric_runner(fabric, config)
+    run = runner(jobs, policy, BenchParams())
     if len(run.jobs) != concurrent:
         raise RuntimeError(f"the {policy} probe of {iterations} iterations did not finish")
     return statistics.fmean(j.jct_s for j in run.jobs)
@@ -107,12 +112,13 @@ def _per_iteration(
     concurrent: int,
     compute_s: float = 0.0,
     config: EmuConfig | None = None,
+    fabric: FabricSetting | None = None,
 ) -> dict[str, Any]:
     """Per-iteration time and fixed cost per job of `concurrent` probes under `policy`."""
     per_iter, fixed, raw = [], [], []
     for _ in range(repeat):
-        short = _probe_jct(policy, grad_bytes, K1, concurrent, compute_s, config)
-        long = _probe_jct(policy, grad_bytes, K2, concurrent, compute_s, config)
+        short = _probe_jct(policy, grad_bytes, K1, concurrent, compute_s, config, fabric)
+        long = _probe_jct(policy, grad_bytes, K2, concurrent, compute_s, config, fabric)
         raw.append([short, long])
         step = (long - short) / (K2 - K1)
         per_iter.append(step)
@@ -133,13 +139,14 @@ def measure_rates(
     concurrent: int,
     compute_s: float = 0.0,
     config: EmuConfig | None = None,
+    fabric: FabricSetting | None = None,
 ) -> dict[str, Any]:
     """Per-iteration allreduce time (s) and fixed cost per job (s) of `concurrent` probe jobs
     sharing the loopback, per policy; of a one-fragment probe (``overhead``: what an
     iteration costs besides its gradient's fragments); and of one static probe alone
     (``static_alone``: whether a lone job is held back by more than its share of the switch).
     The probes run on `config`'s pool and window (the default configuration's when None),
-    which the rates record for the fit."""
+    which the rates record for the fit; on `fabric`'s soft switches when given."""
     cfg = config or emu_config("default")
     out: dict[str, Any] = {
         "probe_bytes": grad_bytes,
@@ -150,11 +157,17 @@ def measure_rates(
         "aggregators": cfg.aggregators,
         "window": cfg.window,
     }
+    if fabric is not None:
+        out["topology"], out["placement"] = fabric.describe(), fabric.placement
     for policy in policy_names():
-        out[policy] = _per_iteration(policy, grad_bytes, repeat, concurrent, compute_s, cfg)
-    out["overhead"] = _per_iteration("static", FRAGMENT_BYTES, repeat, concurrent, compute_s, cfg)
+        out[policy] = _per_iteration(policy, grad_bytes, repeat, concurrent, compute_s, cfg, fabric)
+    out["overhead"] = _per_iteration(
+        "static", FRAGMENT_BYTES, repeat, concurrent, compute_s, cfg, fabric
+    )
     if concurrent > 1:
-        out["static_alone"] = _per_iteration("static", grad_bytes, repeat, 1, compute_s, cfg)
+        out["static_alone"] = _per_iteration(
+            "static", grad_bytes, repeat, 1, compute_s, cfg, fabric
+        )
     return out
 
 
