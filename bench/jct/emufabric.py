@@ -1,7 +1,7 @@
 """``inasched bench jct --emu --topology FILE``: the emulation on a fabric of soft switches.
 
 Each policy runs in a fresh loopback service on the file's fabric (``switch.topology``: one
-``inasched switch`` process per switch, parents first; docs/fabric.md), with the embedded PS
+``inasched switch`` process per switch, parents first; docs/fabric-service.md), with the embedded PS
 and one ``inasched worker`` process per server, as `bench.jct.emu` runs them on one switch.
 Where a job's workers are is the simulator's: `placements` runs ``scheduler.fabricsim`` on
 the same jobs, policy and fabric and reads each job's racks (``--placement``), so ``--sim
@@ -9,7 +9,7 @@ the same jobs, policy and fabric and reads each job's racks (``--placement``), s
 address of its rack's ``networks`` (one address each, in rack order), from which the service
 tells it its ToR. The emulation runs one worker per server, so the file's ``gpus_per_server``
 must be 1. The service schedules the switch policies only (static, atp, esa on every switch of a
-job's tree, one placement per job on a pool the size of the smallest switch: docs/fabric.md);
+job's tree, one placement per job on a pool the size of the smallest switch: docs/fabric-service.md);
 the fabric policies (``tiered``) are the simulator's alone.
 """
 
