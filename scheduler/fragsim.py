@@ -209,7 +209,11 @@ class _FragmentSim:
         worker = run.workers[w]
         cfg = run.cfg
         if seq is None:
-            if worker.in_flight >= self.cfg.window or worker.next_frag >= run.frags:
+            if (
+                worker.in_flight >= self.cfg.window
+                or worker.next_frag >= run.frags
+                or not self.slot_free(run, worker)
+            ):
                 worker.sending = False
                 return
             seq = run.iteration * run.frags + worker.next_frag
@@ -233,6 +237,16 @@ class _FragmentSim:
         if self.cfg.loss_rate and self.rng.random() < self.cfg.loss_rate:
             return
         self.at(now + self.cfg.fragment_s + self.cfg.link_latency_s, lambda: self.switch(pkt))
+
+    @staticmethod
+    def slot_free(run: _Run, worker: _Worker) -> bool:
+        """Whether `worker` may send its next fragment under static: only once it has the
+        result of ``seq - part_size`` (p4/PROTOCOL.md section 3), whose slot and copy the
+        fragment takes. Counting fragments in flight is not enough: past a lost fragment the
+        window slides on, and fragment + part_size would overwrite the lost one's copy, whose
+        resend the switch would then drop as stale forever."""
+        earlier = worker.next_frag - run.cfg.part_size
+        return run.cfg.policy != Policy.STATIC or earlier < 0 or earlier in worker.got
 
     def fast_retransmit(self, run: _Run, w: int, answered: int) -> None:
         """As the worker client does: resend, once, fragments overtaken by `answered`."""

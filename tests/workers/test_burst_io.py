@@ -263,3 +263,42 @@ def test_an_allreduce_through_switch_and_ps_is_exact_with_gso_off_everywhere(
     finally:
         for c in clients:
             c.close()
+
+
+def test_a_static_worker_sends_seq_only_after_the_result_of_seq_minus_part_size(
+    fake_switch: socket.socket,
+) -> None:
+    # p4/PROTOCOL.md section 3: seq takes the slot and copy of seq - 2 * part_size; while
+    # seq - part_size has no result, sending seq would let a later one overwrite a lost copy.
+    host, port = fake_switch.getsockname()
+    static = parse_join(
+        {
+            "job_id": 6, "worker_id": 0, "fan_in": 1, "policy": "static",
+            "switch": {"host": host, "port": port}, "ps": {"host": host, "port": port},
+            "lanes": LANES, "window": 8,  # wider than the partition: the partition binds
+            "placement": {"kind": "static", "part_base": 0, "part_size": 4},
+        }
+    )  # fmt: skip
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.setblocking(False)
+    options = ClientOptions(timeout_s=30.0, initial_rto_s=5.0, min_rto_s=0.2, max_rto_s=10.0)
+    try:
+        io = BurstIO(static, sock, options)
+        io.accept(Transfer(exact_inputs(1, 12 * LANES, 5)[0], None, LANES, 0, 1, None))
+        io.send_new()
+        first = sent_to(fake_switch)
+        assert [decode(g, lanes=LANES).seq for g in first] == [0, 1, 2, 3]
+        for g in first[1:]:  # fragment 0 is lost
+            fake_switch.sendto(answer(g), sock.getsockname())
+        while select.select([sock], [], [], 0.2)[0]:
+            io.receive()
+        io.send_new()
+        assert sent_to(fake_switch) == []  # 4 would need 0's result
+        fake_switch.sendto(answer(first[0]), sock.getsockname())
+        assert select.select([sock], [], [], GUARD_S)[0]
+        io.receive()
+        io.send_new()
+        assert [decode(g, lanes=LANES).seq for g in sent_to(fake_switch)] == [4, 5, 6, 7]
+    finally:
+        sock.close()
