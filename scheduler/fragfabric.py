@@ -279,7 +279,11 @@ class _FragmentFabric:
         now = self.clock.now()
         worker = run.workers[w]
         if seq is None:
-            if worker.in_flight >= self.cfg.window or worker.next_frag >= run.frags:
+            if (
+                worker.in_flight >= self.cfg.window
+                or worker.next_frag >= run.frags
+                or not self.slot_free(run, w)
+            ):
                 worker.sending = False
                 return
             seq = run.iteration * run.frags + worker.next_frag
@@ -298,6 +302,15 @@ class _FragmentFabric:
             return
         later = now + self.cfg.fragment_s + self.cfg.link_latency_s
         self.at(later, partial(self.reach, tor, run, pkt, _WORKER_PORT + w))
+
+    def slot_free(self, run: _Run, w: int) -> bool:
+        """Whether worker `w` may send its next fragment under static: only once it has the
+        result of ``seq - part_size``, whose slot it takes (``fragsim._FragmentSim.slot_free``;
+        every switch of the tree gives the job the same ``part_size``, PROTOCOL.md 7.2)."""
+        tor = run.tor_of[w]
+        cfg = self.switches[tor].pipeline.jobs[run.sids[tor]]
+        earlier = run.workers[w].next_frag - cfg.part_size
+        return cfg.policy != Policy.STATIC or earlier < 0 or earlier in run.workers[w].got
 
     def fast_retransmit(self, run: _Run, w: int, answered: int) -> None:
         worker = run.workers[w]

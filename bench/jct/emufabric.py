@@ -8,9 +8,9 @@ the same jobs, policy and fabric and reads each job's racks (``--placement``), s
 --topology`` and ``--emu --topology`` run the same job-to-rack mapping. A worker binds an
 address of its rack's ``networks`` (one address each, in rack order), from which the service
 tells it its ToR. The emulation runs one worker per server, so the file's ``gpus_per_server``
-must be 1. The service schedules the switch policies only (static, atp, esa on every switch of a
-job's tree, one placement per job on a pool the size of the smallest switch: docs/fabric-service.md);
-the fabric policies (``tiered``) are the simulator's alone.
+must be 1. The service schedules the switch policies only (static, atp, esa on every switch of
+a job's tree, one placement per job on a pool the size of the smallest switch:
+docs/fabric-service.md); the fabric policies (``tiered``) are the simulator's alone.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ cross-rack job's sums complete at the spine, and the fabric validation families 
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import replace
 
 import pytest
@@ -190,3 +191,22 @@ def test_the_families_run_and_print_their_table(capsys: pytest.CaptureFixture[st
 def test_an_unknown_family_is_named() -> None:
     with pytest.raises(ValueError, match="unknown fabric validation family 'x'"):
         validate_fabric(family="x")
+
+
+@pytest.mark.parametrize("family", ["light", "memory"])
+def test_static_jobs_across_racks_under_loss_finish(family: str) -> None:
+    """A lost fragment's slot is not reused before its result is in (PROTOCOL.md section 3):
+    past a lost fragment the window slides on, and fragment + part_size would overwrite the
+    lost one's copy, whose resend every switch would drop as stale for ever. The event budget
+    stops a run that never ends (a healthy one takes at most a few 10^5 events)."""
+    fabric = two_level_fabric(2, servers_per_rack=16, gpus_per_server=1, tor_aggregators=4096,
+                              spine_aggregators=4096)  # fmt: skip
+    for jobs, base in cases(family, 2):
+        cfg = replace(base, spec=replace(base.spec, policy="static"), loss_rate=0.01)
+        sim = _FragmentFabric(jobs, cfg, fabric, "static", "spread", cfg.rto_s)
+        while sim.heap and sim.events < 400_000:
+            t, _, action = heapq.heappop(sim.heap)
+            sim.clock.advance_to(t)
+            sim.events += 1
+            action()
+        assert not sim.heap, f"still running after {sim.events} events"
