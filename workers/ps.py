@@ -3,18 +3,16 @@
 One process (one socket, one thread) serves many jobs. The switch sends it TO_PS packets:
 bypassed fragments, evicted and flushed partial sums, and complete sums (atp, and esa's copy).
 `JobLedger` counts each worker once per sequence; a completed sum goes back as PS_RESULT to
-the switch's data address, which multicasts it to the job's workers and, in atp, frees the
-aggregator. A spill job (``p4/PROTOCOL.md`` 7.8: ToRs whose parent is the PS, no spine) sends
-its ToRs' sums as kind UP, and every result goes to each of its ToRs. Results are kept to
-answer resends until every worker has moved past them.
+the switch's data address, which multicasts it to the workers and, in atp, frees the
+aggregator. A spill job (``p4/PROTOCOL.md`` 7.8) sends its ToRs' sums as kind UP, and every
+result goes to each of its ToRs. Results are kept to answer resends until every worker moved on.
 
-The PS serves only jobs the service registered (`register_job`), never one a packet names, and
-takes packets only from that job's switch. Every packet is on a job's critical path except
-esa's completion copies, so it serves what the socket holds first and stores the copies when
-the socket is empty (at most `MAX_QUEUED_COPIES` wait; past that a copy is stored at once).
-Everything else is dropped and counted by reason (`PsCounters.drops`); memory stays bounded
-(`max_results`, `idle_timeout_s`). Datagrams move in bursts
-through the compiled engine (``p4ctl.engine``; `gso` off: one datagram per message).
+The PS serves only jobs the service registered (`register_job`), and takes packets only from
+that job's switches. Every packet is on a critical path except esa's completion copies, so it
+serves what the socket holds first and stores the copies when it is empty (at most
+`MAX_QUEUED_COPIES` wait). Everything else is dropped and counted by reason
+(`PsCounters.drops`); memory stays bounded (`max_results`, `idle_timeout_s`). Datagrams move
+in bursts through the compiled engine (``p4ctl.engine``; `gso` off: one datagram per message).
 """
 
 from __future__ import annotations

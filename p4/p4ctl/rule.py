@@ -5,15 +5,14 @@ engine (``csrc/switch_pass.c``) mirrors it, held byte for byte by differential t
 program is held to it by ``p4/vectors/*.json``. No I/O, no clock: registers in, a `Verdict` out.
 
 - ``static`` (SwitchML): the slot is fixed by the sequence; the n-th contribution multicasts
-  the result; a retransmission after completion gets the stored result unicast back.
+  the result; a retransmission after completion gets it unicast back.
 - ``atp`` (ATP): the first fragment claims a free aggregator, others bypass to their PS; the
   complete sum goes to the PS, and the aggregator frees when the PS result passes.
 - ``esa`` (ESA): as ``atp``, plus a higher priority takes over a partial aggregator (the evicted
   sum leaves for its PS in the same pass); a complete aggregator is reusable at once.
-- Two levels (``p4/PROTOCOL.md`` section 7): an entry with a parent (`JobConfig.up_port`) sends
-  a sum complete here (bitmap = `JobConfig.local_mask`) and the first sends it cannot aggregate
-  up as kind UP; resends go to the PS; a RESULT from the parent goes down. A spill (7.8) is
-  an entry whose parent is the PS (`up_port` = `ps_port`): the same rule, its UPs to the PS.
+- Two levels (``p4/PROTOCOL.md`` 7): an entry with a parent (`JobConfig.up_port`; a spill's,
+  7.8, is the PS) sends a sum complete here (bitmap = `JobConfig.local_mask`) and the first
+  sends it cannot aggregate up as kind UP; resends go to the PS; a parent's RESULT goes down.
 """
 
 from __future__ import annotations
