@@ -89,17 +89,29 @@ def fan_in(fabric: Fabric, racks: Sequence[tuple[str, int]], switch: str) -> int
     return len(below)
 
 
-def _depth(fabric: Fabric, switch: str) -> int:
+def _up_s(cfg: SimConfig, fabric: Fabric, switch: str) -> float:
+    """Seconds a fragment spends from a server up to `switch` and back beyond a ToR's round
+    trip: per level above a ToR, the link up and down, the switch itself and the ToR below
+    passed again on the way down, and one serialisation each way on the slowest uplink into
+    the level (`scheduler.fragfabric` queues each direction at its rate)."""
     children = fabric.children(switch)
-    return 1 + max((_depth(fabric, c) for c in children), default=0)
+    if not children:
+        return 0.0
+    below = max(_up_s(cfg, fabric, c) + 2 * _serial_s(cfg, fabric, c) for c in children)
+    return below + 2 * cfg.link_latency_s + 2 * cfg.switch_latency_s
+
+
+def _serial_s(cfg: SimConfig, fabric: Fabric, switch: str) -> float:
+    """One fragment's serialisation on `switch`'s uplink (0 at the root)."""
+    gbps = fabric.uplink_gbps(switch)
+    return 0.0 if gbps is None else cfg.fragment_s * cfg.link_bps / (gbps * 1e9)
 
 
 def switch_config(cfg: SimConfig, fabric: Fabric, switch: str) -> SimConfig:
     """`cfg` for `switch`'s model: its pool, and its link latency stretched so that its round
-    trip is the whole path from a server up to `switch` and back (a ToR: `cfg` unchanged)."""
-    extra = (_depth(fabric, switch) - 1) * (
-        2 * cfg.link_latency_s + cfg.switch_latency_s + cfg.fragment_s
-    )
+    trip is the whole path from a server up to `switch` and back (`_up_s`; a ToR: `cfg`
+    unchanged)."""
+    extra = _up_s(cfg, fabric, switch)
     return replace(cfg, pool=fabric.pool(switch), link_latency_s=cfg.link_latency_s + extra / 2)
 
 
@@ -115,6 +127,11 @@ def _uplink_s(cfg: SimConfig, fabric: Fabric, tor: str, frags: int, sharing: flo
     return frags * cfg.fragment_s * cfg.link_bps * sharing / (gbps * 1e9)
 
 
+def _last_start_s(cfg: SimConfig, workers: int) -> float:
+    """When a job's last worker starts its allreduce, on average (`scheduler.fluid`)."""
+    return cfg.worker_skew_s * workers / (workers + 1)
+
+
 def _ps_stream_s(cfg: SimConfig, frags: int, per_fragment: int, workers: int) -> float:
     """A job's allreduce when its PS adds `per_fragment` packets per fragment (its own
     process): line rate, window over a slot of round trip + PS detour + the packets after the
@@ -122,7 +139,7 @@ def _ps_stream_s(cfg: SimConfig, frags: int, per_fragment: int, workers: int) ->
     start."""
     slot = cfg.rtt_s + cfg.ps_detour_s + (per_fragment - 1) * cfg.ps_fragment_s
     rate = min(1 / cfg.fragment_s, cfg.window / slot, 1 / (per_fragment * cfg.ps_fragment_s))
-    return frags / rate + slot + cfg.worker_skew_s * workers / (workers + 1)
+    return frags / rate + slot + _last_start_s(cfg, workers)
 
 
 class FabricFluid:
@@ -184,7 +201,7 @@ class FabricFluid:
             for tor in self._crossed(f):
                 up = _uplink_s(
                     cfg, fabric, tor, _frags(cfg, f.grad_bytes), 1 + load[tor] - duty[f.job_id]
-                )
+                ) + self._tail_s(f, tor)
                 if up > t:
                     t, bound = up, f"uplink {tor}"
             rates = {s: per_switch[s][f.job_id] for s in f.switches}
@@ -205,6 +222,14 @@ class FabricFluid:
                 per_switch=rates,
             )
         return out
+
+    def _tail_s(self, flow: FabricFlow, tor: str) -> float:
+        """What the uplink bound adds to its fragments at the uplink's rate: the round trip
+        to the job's top switch (or its PS) but the one uplink serialisation counted there,
+        and its last worker's start."""
+        cfg = self._cfgs[flow.switches[-1]] if flow.switches else self.cfg
+        slot = cfg.rtt_s + (cfg.ps_detour_s if flow.ps_partials > 0 else 0.0)
+        return slot - _serial_s(self.cfg, self.fabric, tor) + _last_start_s(self.cfg, flow.workers)
 
     def _crossed(self, flow: FabricFlow) -> list[str]:
         """The ToRs whose uplink `flow` uses: all of its ToRs when it aggregates above them
