@@ -26,9 +26,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.jct.cli import with_load
+from bench.jct.fabric import FabricSetting, read_setting
 from bench.jct.params import BenchParams
 from bench.jct.sim import sim_config
-from bench.jct.fabric import FabricSetting, read_setting
 from scheduler.fabricsim import simulate_fabric
 from scheduler.fragsim import simulate_fragments
 from scheduler.registry import policy_names
@@ -65,9 +65,7 @@ def speed(
             run = simulate(jobs, sim_config(policy, params))
         else:
             cfg = sim_config(policy, params)
-            run = simulate_fabric(
-                jobs, cfg, setting.fabric(), placement=setting.placement
-            ).result
+            run = simulate_fabric(jobs, cfg, setting.fabric(), placement=setting.placement).result
         cpu, wall = time.process_time() - cpu, time.perf_counter() - start
         jct = run.jct_summary()
         rows[policy] = {"cpu_s": cpu, "wall_s": wall, "events": run.events, **jct}
@@ -86,10 +84,9 @@ def speed(
     if ratio is not None:
         line += f", {ratio:.2f}x the {target:.0f} s target (below 1: within it)"
     print(line)
-    if setting is not None:
-        rows = {p: {**r, "topology": setting.fabric().describe()} for p, r in rows.items()}
-    return {"workload": workload, "params": params.as_dict(), "policies": rows,
-            "cpu_s": total, "target_s": target, "over_target": ratio}  # fmt: skip
+    topology = setting.fabric().describe() if setting else None
+    return {"workload": workload, "topology": topology, "params": params.as_dict(),
+            "policies": rows, "cpu_s": total, "target_s": target, "over_target": ratio}  # fmt: skip
 
 
 def error_table(by_family: dict[str, list[CaseError]]) -> list[str]:

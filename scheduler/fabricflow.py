@@ -3,9 +3,10 @@ bound of every job.
 
 Each switch runs `comm_rates` with its own contenders (the jobs aggregating there, with their
 fan-in there and its level for them), its pool, and a round trip stretched to the path from a
-server up to it (2 x link latency + switch latency + serialisation per level). A job's
-allreduce takes the longest of: each switch it aggregates at; each ToR uplink it crosses (F
-fragments at the uplink rate over 1 + the other crossing jobs' duty cycles); with P partial
+server up to it (`_up_s`: per level, 2 x link latency + 2 x switch latency + the uplink's
+serialisation each way). A job's allreduce takes the longest of: each switch it aggregates
+at; each ToR uplink it crosses (F fragments at the uplink rate over 1 + the other crossing
+jobs' duty cycles, then the rest of its round trip and its skew); with P partial
 sums per fragment for its PS, its own PS process at P packets per fragment, its window over a
 slot of round trip + PS detour + P - 1 packet times. One pass: each switch sees its
 contenders' duty cycles as it alone gives them. `exclusive_comm_s` and `no_ina_comm_s` are
