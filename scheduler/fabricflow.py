@@ -152,11 +152,14 @@ class FabricFluid:
         self.fabric = fabric
         self.policy = switch_policy
         self._cfgs = {s.name: switch_config(cfg, fabric, s.name) for s in fabric.switches}
-        self._keys: dict[str, tuple[FlowJob, ...]] = {}
+        self._keys: dict[str, tuple[tuple[FlowJob, ...], float]] = {}
         self._answers: dict[str, dict[int, CommRate]] = {}
 
-    def switch_rates(self, flows: Sequence[FabricFlow]) -> dict[str, dict[int, CommRate]]:
-        """``{switch: {job_id: CommRate}}`` of every switch some flow aggregates at."""
+    def switch_rates(
+        self, flows: Sequence[FabricFlow], queue: Mapping[str, float] | None = None
+    ) -> dict[str, dict[int, CommRate]]:
+        """``{switch: {job_id: CommRate}}`` of every switch some flow aggregates at, each
+        switch's round trip longer by its `queue` seconds (an uplink's queue)."""
         contenders: dict[str, list[FlowJob]] = {}
         for f in flows:
             levels = dict(f.levels)
@@ -166,10 +169,13 @@ class FabricFluid:
                 contenders.setdefault(s, []).append(flow)
         out = {}
         for s, jobs in contenders.items():
-            key = tuple(jobs)
+            extra = queue.get(s, 0.0) if queue else 0.0
+            key = (tuple(jobs), extra)
             if self._keys.get(s) != key:
                 previous = self._answers.get(s)
-                self._answers[s] = comm_rates(self._cfgs[s], self.policy, jobs, start=previous)
+                c = self._cfgs[s]
+                c = replace(c, link_latency_s=c.link_latency_s + extra / 2) if extra > 0 else c
+                self._answers[s] = comm_rates(c, self.policy, jobs, start=previous)
                 self._keys[s] = key
             out[s] = self._answers[s]
         return out
@@ -178,17 +184,7 @@ class FabricFluid:
         """``{job_id: FabricRate}`` of `flows` (see module doc)."""
         cfg, fabric = self.cfg, self.fabric
         per_switch = self.switch_rates(flows)
-        first: dict[int, tuple[float, str]] = {}
-        for f in flows:
-            t, bound = 0.0, ""
-            for s in f.switches:
-                if per_switch[s][f.job_id].t_comm_s > t:
-                    t, bound = per_switch[s][f.job_id].t_comm_s, f"switch {s}"
-            if f.ps_partials > 0:
-                ps = _ps_stream_s(cfg, _frags(cfg, f.grad_bytes), f.ps_partials, f.workers)
-                if ps > t:
-                    t, bound = ps, "ps"
-            first[f.job_id] = (t, bound)
+        first = self._first(flows, per_switch)
         duty = {f.job_id: first[f.job_id][0] / (first[f.job_id][0] + f.iter_time_s)
                 if first[f.job_id][0] + f.iter_time_s > 0 else 0.0 for f in flows}  # fmt: skip
         crossing: dict[str, list[int]] = {}
@@ -196,6 +192,10 @@ class FabricFluid:
             for tor in self._crossed(f):
                 crossing.setdefault(tor, []).append(f.job_id)
         load = {tor: sum(duty[j] for j in ids) for tor, ids in crossing.items()}
+        queue = self._queue(flows, load, duty)
+        if queue:
+            per_switch = self.switch_rates(flows, queue)
+            first = self._first(flows, per_switch)
         out = {}
         for f in flows:
             t, bound = first[f.job_id]
@@ -222,6 +222,53 @@ class FabricFluid:
                 duty=t / (t + f.iter_time_s) if t + f.iter_time_s > 0 else 0.0,
                 per_switch=rates,
             )
+        return out
+
+    def _first(
+        self, flows: Sequence[FabricFlow], per_switch: Mapping[str, Mapping[int, CommRate]]
+    ) -> dict[int, tuple[float, str]]:
+        """Each flow's slowest switch or PS bound, and which it is."""
+        cfg = self.cfg
+        first = {}
+        for f in flows:
+            t, bound = 0.0, ""
+            for s in f.switches:
+                if per_switch[s][f.job_id].t_comm_s > t:
+                    t, bound = per_switch[s][f.job_id].t_comm_s, f"switch {s}"
+            if f.ps_partials > 0:
+                ps = _ps_stream_s(cfg, _frags(cfg, f.grad_bytes), f.ps_partials, f.workers)
+                if ps > t:
+                    t, bound = ps, "ps"
+            first[f.job_id] = (t, bound)
+        return first
+
+    def _queue(
+        self, flows: Sequence[FabricFlow], load: Mapping[str, float], duty: Mapping[int, float]
+    ) -> dict[str, float]:
+        """Each switch's extra round trip from the uplinks its contenders cross: the other
+        crossing jobs' windows (by their duty cycles) queued at an uplink ahead of a job's
+        fragment, serialised at its rate, beyond the switch's own round trip; a switch takes
+        its contenders' excess duty-weighted. (A job's own window queued there is its uplink
+        bound already.) Not at a switch one of whose contenders crosses no uplink: one round
+        trip per switch cannot lengthen some jobs' and not that one's."""
+        win = self.cfg.window
+        excess: dict[str, list[tuple[float, float]]] = {}
+        local = {s for f in flows if not self._crossed(f) for s in f.switches}
+        for f in flows:
+            q = max(
+                (win * _serial_s(self.cfg, self.fabric, tor) * (load[tor] - duty[f.job_id])
+                 for tor in self._crossed(f)),
+                default=0.0,
+            )  # fmt: skip
+            for s in f.switches:
+                over = max(0.0, q - self._cfgs[s].rtt_s)
+                excess.setdefault(s, []).append((duty[f.job_id], over))
+        out = {}
+        for s, pairs in excess.items():
+            weight = sum(w for w, _ in pairs)
+            extra = sum(w * e for w, e in pairs) / weight if weight > 0 else 0.0
+            if extra > 0 and s not in local:
+                out[s] = extra
         return out
 
     def _tail_s(self, flow: FabricFlow, tor: str) -> float:
