@@ -41,12 +41,11 @@ __all__ = [
 #: The bound the fluid model's mean-JCT error is held to on each family (every case, every
 #: policy; `scheduler.validate.BOUND` is the goal). ``python -m bench.fabricvalidate --cases
 #: 8`` on seed 0: spine-memory within 0.038, tor-memory within 0.023; on "oversubscribed"
-#: static is within 0.069 (slow), esa fast by up to 0.14 and atp by 0.29. What it misses
-#: there: an uplink's queue, shared by jobs, lengthens their round trips at the switches
-#: (atp: an aggregator held until the spine answers collides more; esa: more preemptions),
-#: which one pass of bounds taken as a maximum does not feed back. (The round trip through a
-#: spine passes its ToR twice and each uplink once each way, `scheduler.fabricflow._up_s`;
-#: the uplink bound counts the round trip and skew after its last fragment: both counted.)
+#: static is within 0.069 (slow), esa fast by up to 0.14 and atp by 0.25. The round trip
+#: through a spine (its ToR passed twice, each uplink once each way), the uplink bound's tail
+#: and the other crossing jobs' windows queued at a shared uplink (`scheduler.fabricflow`)
+#: are counted; what it misses there is how that queue grows and drains with atp's
+#: collisions and esa's preemptions, which one steady state per switch does not follow.
 FABRIC_BOUNDS: dict[str, float] = {
     "spine-memory": BOUND,
     "tor-memory": BOUND,
