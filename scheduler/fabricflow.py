@@ -8,9 +8,10 @@ serialisation each way). A job's allreduce takes the longest of: each switch it 
 at; each ToR uplink it crosses (F fragments at the uplink rate over 1 + the other crossing
 jobs' duty cycles, then the rest of its round trip and its skew); with P partial
 sums per fragment for its PS, its own PS process at P packets per fragment, its window over a
-slot of round trip + PS detour + P - 1 packet times. One pass: each switch sees its
-contenders' duty cycles as it alone gives them. `exclusive_comm_s` and `no_ina_comm_s` are
-the analytic times of Mina's score. ``docs/fabric.md`` states it all.
+slot of round trip + PS detour + P - 1 packet times. Each switch sees its contenders' duty
+cycles as it alone gives them; it is solved again with a longer round trip where other
+jobs' windows queue at the uplinks its contenders cross (`_queue`). `exclusive_comm_s` and
+`no_ina_comm_s` are Mina's score's analytic times. ``docs/fabric.md`` states it all.
 """
 
 from __future__ import annotations
