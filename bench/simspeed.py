@@ -31,6 +31,7 @@ from bench.jct.params import BenchParams
 from bench.jct.sim import sim_config
 from scheduler.fabricsim import simulate_fabric
 from scheduler.fragsim import simulate_fragments
+from scheduler.placement import placement_names
 from scheduler.registry import policy_names
 from scheduler.simulator import simulate
 from scheduler.validate import BOUND, FAMILIES, CaseError, small_cases, validate
@@ -169,7 +170,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--racks", type=int, help="--topology only: this many racks")
     parser.add_argument(
-        "--placement", default="packed", help="--topology only: placement (default packed)"
+        "--placement",
+        choices=placement_names(),
+        default="packed",
+        help="--topology only: placement (default packed)",
     )
     args = parser.parse_args(argv)
     try:
