@@ -55,3 +55,20 @@ def test_speed_times_the_policies_asked_for_ablations_too(tmp_path: Path) -> Non
     [figures] = json.loads(out.read_text())
     assert list(figures["policies"]) == ["esa-nopreempt", "esa"]
     assert figures["target_s"] is None  # the targets are for all three policies together
+
+
+def test_speed_runs_the_fabric_simulator_on_a_topology_with_its_racks(tmp_path: Path) -> None:
+    out = tmp_path / "fabric.json"
+    topology = "scheduler/data/topology-2tors.json"
+    argv = ["--workload", "synthetic-20", "--speed-only", "--json", str(out)]
+    main([*argv, "--topology", topology, "--racks", "4"])
+    [figures] = json.loads(out.read_text())
+    assert "4 racks" in figures["topology"]
+    assert set(figures["policies"]) == {"static", "atp", "esa"}
+    assert all(p["events"] > 0 for p in figures["policies"].values())
+
+
+def test_racks_without_a_topology_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--workload", "synthetic-20", "--speed-only", "--racks", "4"])
+    assert "--racks sets a fabric's racks; add --topology FILE" in capsys.readouterr().err

@@ -173,7 +173,12 @@ def test_a_switch_sees_its_fan_in_and_the_round_trip_up_to_it() -> None:
     racks = (("tor0", 3), ("tor2", 1))
     assert [fan_in(fabric, racks, s) for s in ("tor0", "tor1", "tor2", "spine")] == [3, 0, 1, 2]
     cfg = _cfg()
-    hop = 2 * cfg.link_latency_s + cfg.switch_latency_s + cfg.fragment_s
+    # Up and down one more link, through the spine and past the ToR again, serialised each
+    # way at the ToR's uplink rate.
+    gbps = fabric.uplink_gbps("tor0")
+    assert gbps is not None
+    serial = cfg.fragment_s * cfg.link_bps / (gbps * 1e9)
+    hop = 2 * cfg.link_latency_s + 2 * cfg.switch_latency_s + 2 * serial
     assert switch_config(cfg, fabric, "tor0").rtt_s == cfg.rtt_s
     assert switch_config(cfg, fabric, "spine").rtt_s == pytest.approx(cfg.rtt_s + hop)
     assert switch_config(cfg, fabric, "spine").pool.aggregators == fabric.root.aggregators
