@@ -431,14 +431,8 @@ class _FragmentFabric:
         now = self.clock.now()
         for w in workers:
             worker = run.workers[w]
-            if frag in worker.got:
+            if not worker.take(frag, pkt.seq, now):
                 continue
-            worker.got.add(frag)
-            worker.in_flight -= 1
-            sent = worker.sent_at.pop(pkt.seq, None)
-            if sent is not None and pkt.seq not in worker.resent:  # Karn: first sends only
-                rtt = now - sent
-                worker.srtt = rtt if worker.srtt is None else 0.875 * worker.srtt + 0.125 * rtt
             self.fast_retransmit(run, w, pkt.seq)
             if not worker.sending:
                 worker.sending = True

@@ -57,6 +57,19 @@ class _Worker:
     resent: set[int] = field(default_factory=set)
     srtt: float | None = None
 
+    def take(self, frag: int, seq: int, now: float) -> bool:
+        """The result of `frag` (sequence `seq`) arrived at `now`: False if the worker had it;
+        else its window frees a place and a first send's round trip updates `srtt` (Karn)."""
+        if frag in self.got:
+            return False
+        self.got.add(frag)
+        self.in_flight -= 1
+        sent = self.sent_at.pop(seq, None)
+        if sent is not None and seq not in self.resent:
+            rtt = now - sent
+            self.srtt = rtt if self.srtt is None else 0.875 * self.srtt + 0.125 * rtt
+        return True
+
 
 @dataclass(slots=True)
 class _Run:
@@ -340,14 +353,8 @@ class _FragmentSim:
         frag = pkt.seq % run.frags
         now = self.clock.now()
         for w, worker in enumerate(run.workers):
-            if frag in worker.got:
+            if not worker.take(frag, pkt.seq, now):
                 continue
-            worker.got.add(frag)
-            worker.in_flight -= 1
-            sent = worker.sent_at.pop(pkt.seq, None)
-            if sent is not None and pkt.seq not in worker.resent:  # Karn: first sends only
-                rtt = now - sent
-                worker.srtt = rtt if worker.srtt is None else 0.875 * worker.srtt + 0.125 * rtt
             self.fast_retransmit(run, w, pkt.seq)
             if not worker.sending:
                 worker.sending = True
