@@ -43,7 +43,14 @@ from scheduler.snapshot import JobView, Queue, Reject
 from scheduler.tiered import AggregateAt, FabricJobView, FabricSnapshot, PerSwitch
 from scheduler.workload import JobSpec
 
-__all__ = ["FabricJob", "FabricRun", "simulate_fabric"]
+__all__ = [
+    "FabricJob",
+    "FabricJobState",
+    "FabricRun",
+    "FabricState",
+    "fabric_result",
+    "simulate_fabric",
+]
 
 _EPS = 1e-9
 
@@ -76,7 +83,10 @@ class FabricRun:
 
 
 @dataclass(slots=True)
-class _Job:
+class FabricJobState:
+    """One job's state in a fabric run (its racks, tree, per-switch records and progress);
+    ``scheduler.fragfabric`` drives the same state packet by packet."""
+
     spec: JobSpec
     #: Arrival order (`scheduler.fragfabric` numbers its jobs by it too).
     order: int
@@ -101,7 +111,7 @@ class _Job:
     t_none_s: float = 0.0
 
 
-class _Fabric:
+class FabricState:
     """The per-switch schedulers and tables, the placer, the fabric policy and the jobs."""
 
     def __init__(self, cfg: SimConfig, fabric: Fabric, policy: str, placement: str) -> None:
@@ -116,9 +126,9 @@ class _Fabric:
         self.policy = next(iter(self.tables.values())).scheduler.policy
         self.placer = Placer(fabric, placement, seed=cfg.seed)
         self.fluid = FabricFluid(self.switch_cfg, fabric, self.policy)
-        self.live: dict[int, _Job] = {}
-        self.waiting: list[_Job] = []
-        self.done: list[_Job] = []
+        self.live: dict[int, FabricJobState] = {}
+        self.waiting: list[FabricJobState] = []
+        self.done: list[FabricJobState] = []
 
     def sync(self, switch: str) -> None:
         """Give `switch`'s records their job's progress and starvation, which the loop keeps
@@ -128,7 +138,7 @@ class _Fabric:
             rec.iterations_done = job.iterations_done
             rec.starved_s = job.starved_s
 
-    def admit(self, now: float) -> list[_Job]:
+    def admit(self, now: float) -> list[FabricJobState]:
         """Place and admit the waiting jobs that fit now, in arrival order (later ones past
         an earlier one that waits); refuse those that can never run. The admitted ones."""
         admitted = []
@@ -140,7 +150,7 @@ class _Fabric:
                 self._refuse(job, now, job.refused or why or "")
         return admitted
 
-    def _try(self, job: _Job, now: float) -> bool:
+    def _try(self, job: FabricJobState, now: float) -> bool:
         try:
             placement = self.placer.place(job.spec.job_id, job.spec.workers)
         except PlacementError as exc:
@@ -185,13 +195,13 @@ class _Fabric:
                 return ""
         return None
 
-    def _refuse(self, job: _Job, now: float, why: str) -> None:
+    def _refuse(self, job: FabricJobState, now: float, why: str) -> None:
         self.waiting.remove(job)
         self.live.pop(job.spec.job_id, None)
         job.state, job.refused, job.finished_s = JobState.FAILED, why, now
         self.done.append(job)
 
-    def _analytic(self, job: _Job) -> None:
+    def _analytic(self, job: FabricJobState) -> None:
         s, cfg = job.spec, self.cfg
         compute = s.iter_time_s + cfg.iteration_overhead_s
         ina = exclusive_comm_s(self.switch_cfg, self.fabric, job.racks, s.grad_bytes, compute)
@@ -206,7 +216,7 @@ class _Fabric:
             self.sync(s)
             self.tables[s].decide(now)
 
-    def finish(self, now: float, job: _Job) -> None:
+    def finish(self, now: float, job: FabricJobState) -> None:
         for s, rec in job.records.items():
             self.sync(s)
             self.tables[s].finish(now, rec)
@@ -215,7 +225,7 @@ class _Fabric:
         del self.live[job.spec.job_id]
         self.done.append(job)
 
-    def aggregate(self, running: Sequence[_Job]) -> None:
+    def aggregate(self, running: Sequence[FabricJobState]) -> None:
         """Ask the fabric policy where each running job aggregates (a switch policy: each
         on its whole tree, once)."""
         if isinstance(self.fpolicy, PerSwitch):
@@ -235,7 +245,7 @@ class _Fabric:
         for job, at in zip(running, self.fpolicy.aggregate(snapshot), strict=True):
             job.aggregate = at
 
-    def flow(self, job: _Job) -> FabricFlow:
+    def flow(self, job: FabricJobState) -> FabricFlow:
         at = job.aggregate or AggregateAt(job.spec.job_id, job.tree)
         levels = tuple(
             (s, at.level if at.level is not None else job.records[s].priority) for s in at.switches
@@ -258,7 +268,7 @@ def simulate_fabric(
     Every switch has the fabric's pool and lanes (`cfg.pool` is not read for them)."""
     # A packet has the fabric's lanes at every switch; each switch's pool is its own.
     cfg = replace(cfg, pool=Pool(cfg.pool.aggregators, fabric.lanes))
-    fab = _Fabric(cfg, fabric, policy or cfg.spec.policy, placement)
+    fab = FabricState(cfg, fabric, policy or cfg.spec.policy, placement)
     clock = VirtualClock()
     pending = deque(sorted(jobs, key=lambda j: (j.arrival_s, j.job_id)))
     util: list[UtilSample] = []
@@ -294,7 +304,7 @@ def simulate_fabric(
         due = steady.due(active, marks, now, t_next) if preempts else set()
         while pending and pending[0].arrival_s <= t_next + _EPS:
             spec = pending.popleft()
-            job = _Job(spec, order, math.ceil(spec.workers / fabric.gpus_per_server))
+            job = FabricJobState(spec, order, math.ceil(spec.workers / fabric.gpus_per_server))
             order += 1
             fab.live[spec.job_id] = job
             fab.waiting.append(job)
@@ -335,10 +345,13 @@ def simulate_fabric(
                 running.append(job)
         if changed:
             fab.aggregate(running)
-    return _result(fab, cfg, util, events)
+    return fabric_result(fab, cfg, util, events)
 
 
-def _result(fab: _Fabric, cfg: SimConfig, util: list[UtilSample], events: int) -> FabricRun:
+def fabric_result(
+    fab: FabricState, cfg: SimConfig, util: list[UtilSample], events: int
+) -> FabricRun:
+    """The run's outcome from its state: the finished jobs' results, the refused ones."""
     finished = sorted((j for j in fab.done if j.state == JobState.FINISHED),
                       key=lambda j: j.spec.job_id)  # fmt: skip
     results = tuple(
@@ -362,7 +375,9 @@ class _Steady:
     """What stays fixed while the running jobs, where they aggregate and their levels do
     (as `scheduler.simulator`'s, over the fabric: memory shares of all pools together)."""
 
-    def __init__(self, fab: _Fabric, active: Sequence[_Job], rates: dict[int, FabricRate]):
+    def __init__(
+        self, fab: FabricState, active: Sequence[FabricJobState], rates: dict[int, FabricRate]
+    ):
         cfg = fab.cfg
         self.rates = [rates[j.spec.job_id] for j in active]
         for j, r in zip(active, self.rates, strict=True):
@@ -398,13 +413,13 @@ class _Steady:
         self.crit = crit / capacity if capacity else 0.0
         self.copies = copies / capacity if capacity else 0.0
 
-    def next_marks(self, active: Sequence[_Job]) -> list[int]:
+    def next_marks(self, active: Sequence[FabricJobState]) -> list[int]:
         return [
             min(j.spec.iterations, (math.floor(j.iterations_done / step + _EPS) + 1) * step)
             for j, step in zip(active, self.steps, strict=True)
         ]
 
-    def time_to_event(self, active: Sequence[_Job], marks: Sequence[int]) -> float:
+    def time_to_event(self, active: Sequence[FabricJobState], marks: Sequence[int]) -> float:
         first = math.inf
         for j, per_iter, starving, mark in zip(
             active, self.per_iter, self.starving, marks, strict=True
@@ -417,7 +432,7 @@ class _Steady:
         return first
 
     def due(
-        self, active: Sequence[_Job], marks: Sequence[int], now: float, t_next: float
+        self, active: Sequence[FabricJobState], marks: Sequence[int], now: float, t_next: float
     ) -> set[int]:
         """The jobs whose own next event (mark, last iteration, aging crossing) is at
         `t_next`, as `time_to_event` counts it."""
@@ -433,7 +448,9 @@ class _Steady:
                 out.add(j.spec.job_id)
         return out
 
-    def reach_marks_due(self, active: Sequence[_Job], marks: Sequence[int], now: float) -> bool:
+    def reach_marks_due(
+        self, active: Sequence[FabricJobState], marks: Sequence[int], now: float
+    ) -> bool:
         moved = False
         for j, per_iter, mark in zip(active, self.per_iter, marks, strict=True):
             left = max(0.0, mark - j.iterations_done) * per_iter
@@ -443,7 +460,7 @@ class _Steady:
         return moved
 
     def advance(
-        self, active: Sequence[_Job], dt: float, util: list[UtilSample], now: float
+        self, active: Sequence[FabricJobState], dt: float, util: list[UtilSample], now: float
     ) -> None:
         if dt <= 0:
             return

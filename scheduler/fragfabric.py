@@ -2,7 +2,7 @@
 an `InMemorySwitch` running `p4ctl.rule`, in virtual time.
 
 Placement, trees, per-switch schedulers, admission and levels are `scheduler.fabricsim`'s own
-state (`_Fabric`: its `Placer`, one `JobTable` per switch whose applier programs that switch).
+state (`FabricState`: its `Placer`, one `JobTable` per switch whose applier programs that switch).
 On admission each entry gets PROTOCOL.md 7.2's fields: the job's fan-in (its servers; worker
 ids global, rack by rack) everywhere, `local_mask` and `up_port` below the root; a fabric
 policy's one level per job is written at every switch of its tree after each round. Packets go
@@ -34,7 +34,7 @@ from scheduler.clock import VirtualClock
 from scheduler.config import REORDER, SimConfig
 from scheduler.fabric import Fabric
 from scheduler.fabricflow import switch_config
-from scheduler.fabricsim import FabricRun, _Fabric, _Job, _result
+from scheduler.fabricsim import FabricJobState, FabricRun, FabricState, fabric_result
 from scheduler.fragsim import _Worker
 from scheduler.memory import JobState
 from scheduler.tiered import PerSwitch
@@ -53,7 +53,7 @@ class _Run:
     """A running fabric job: its ids and entries per switch, its workers and this
     iteration's bookkeeping (as `scheduler.fragsim`'s)."""
 
-    job: _Job
+    job: FabricJobState
     frags: int
     root: str
     sids: dict[str, int]
@@ -93,7 +93,7 @@ class _FragmentFabric:
         timeout_s: float,
     ) -> None:
         self.cfg, self.fabric, self.timeout_s = cfg, fabric, timeout_s
-        self.fab = _Fabric(cfg, fabric, policy, placement)
+        self.fab = FabricState(cfg, fabric, policy, placement)
         fpolicy = self.fab.fpolicy
         self.one_rank = not isinstance(fpolicy, PerSwitch)
         if self.fab.policy.preempts and self.fab.policy.switch_rule() == "atp":
@@ -124,11 +124,13 @@ class _FragmentFabric:
             self.clock.advance_to(t)
             self.events += 1
             action()
-        return _result(self.fab, self.cfg, [], self.events)
+        return fabric_result(self.fab, self.cfg, [], self.events)
 
     # ------------------------------------------------------------------ job level
     def arrive(self, spec: JobSpec) -> None:
-        job = _Job(spec, self.order, math.ceil(spec.workers / self.fabric.gpus_per_server))
+        job = FabricJobState(
+            spec, self.order, math.ceil(spec.workers / self.fabric.gpus_per_server)
+        )
         self.order += 1
         self.fab.live[spec.job_id] = job
         self.fab.waiting.append(job)
@@ -143,7 +145,7 @@ class _FragmentFabric:
             self.start(job)
         self.relevel()
 
-    def start(self, job: _Job) -> None:
+    def start(self, job: FabricJobState) -> None:
         """Write PROTOCOL.md 7.2's fields into each entry the applier installed, then start
         the job's first iteration after its set-up and compute."""
         tor_of = [tor for tor, n in job.racks for _ in range(n)]
@@ -238,7 +240,7 @@ class _FragmentFabric:
                 assert sid is not None
                 jobs[sid] = replace(jobs[sid], priority=at.level)
 
-    def _spill(self, job: _Job, at: tuple[str, ...]) -> None:
+    def _spill(self, job: FabricJobState, at: tuple[str, ...]) -> None:
         """Aggregate `job` at `at`: a top of `at` below the root has the PS as its parent
         (PROTOCOL.md 7.8), the others keep 7.2's. A switch off `at` gives back what the job
         holds there (its partials could no longer complete: the control plane reclaims
