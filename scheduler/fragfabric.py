@@ -17,11 +17,10 @@ parent becomes the PS (`up_port` = `ps_port`) and the PS's result goes to each o
 
 from __future__ import annotations
 
-import heapq
 import math
 import random
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import cast
@@ -30,12 +29,11 @@ from p4ctl.backend import InMemorySwitch
 from p4ctl.protocol import PS_WORKER_ID, Flag, Kind, Packet, Policy
 from p4ctl.rule import JobConfig, Outcome, ToGroup, check, hashed_index, process, static_index
 
-from scheduler.clock import VirtualClock
 from scheduler.config import REORDER, SimConfig
 from scheduler.fabric import Fabric
 from scheduler.fabricflow import switch_config
 from scheduler.fabricsim import FabricJobState, FabricRun, FabricState, fabric_result
-from scheduler.fragsim import _Worker
+from scheduler.fragsim import _Events, _Worker
 from scheduler.memory import JobState
 from scheduler.tiered import PerSwitch
 from scheduler.workload import JobSpec
@@ -82,7 +80,7 @@ class _PsProcess:
     busy: bool = False
 
 
-class _FragmentFabric:
+class _FragmentFabric(_Events):
     def __init__(
         self,
         jobs: Sequence[JobSpec],
@@ -92,6 +90,7 @@ class _FragmentFabric:
         placement: str,
         timeout_s: float,
     ) -> None:
+        super().__init__()
         self.cfg, self.fabric, self.timeout_s = cfg, fabric, timeout_s
         self.fab = FabricState(cfg, fabric, policy, placement)
         fpolicy = self.fab.fpolicy
@@ -99,7 +98,6 @@ class _FragmentFabric:
         if self.fab.policy.preempts and self.fab.policy.switch_rule() == "atp":
             raise ValueError(f"policy {policy!r} preempts on atp's rule; not modelled here")
         self.rng = random.Random(cfg.seed)
-        self.clock = VirtualClock()
         self.switches = {s: cast(InMemorySwitch, t.switch) for s, t in self.fab.tables.items()}
         self.by_sid: dict[str, dict[int, _Run]] = {s: {} for s in self.switches}
         self.switch_free = dict.fromkeys(self.switches, 0.0)
@@ -109,21 +107,12 @@ class _FragmentFabric:
         self.ps: dict[int, _PsProcess] = {}
         self.outcomes: Counter[tuple[str, Outcome]] = Counter()  # per switch, as the rule says
         self.spilled: Counter[str] = Counter()  # per switch: UP packets to the PS (7.8)
-        self.heap: list[tuple[float, int, Callable[[], None]]] = []
-        self.counter = self.events = self.order = self.dropped = 0
+        self.order = self.dropped = 0
         for spec in jobs:
             self.at(spec.arrival_s, partial(self.arrive, spec))
 
-    def at(self, t: float, action: Callable[[], None]) -> None:
-        self.counter += 1
-        heapq.heappush(self.heap, (t, self.counter, action))
-
     def run(self) -> FabricRun:
-        while self.heap:
-            t, _, action = heapq.heappop(self.heap)
-            self.clock.advance_to(t)
-            self.events += 1
-            action()
+        self.play()
         return fabric_result(self.fab, self.cfg, [], self.events)
 
     # ------------------------------------------------------------------ job level

@@ -98,8 +98,32 @@ class _PsServer:
     served_copies: int = 0
 
 
-class _FragmentSim:
+class _Events:
+    """Virtual time: actions in order of time, then of scheduling (the fragment-level
+    simulators of one switch and of a fabric share it)."""
+
+    def __init__(self) -> None:
+        self.clock = VirtualClock()
+        self.heap: list[tuple[float, int, Callable[[], None]]] = []
+        self.counter = 0
+        self.events = 0
+
+    def at(self, t: float, action: Callable[[], None]) -> None:
+        self.counter += 1
+        heapq.heappush(self.heap, (t, self.counter, action))
+
+    def play(self) -> None:
+        """Every action, the ones they schedule included, until none is left."""
+        while self.heap:
+            t, _, action = heapq.heappop(self.heap)
+            self.clock.advance_to(t)
+            self.events += 1
+            action()
+
+
+class _FragmentSim(_Events):
     def __init__(self, jobs: Sequence[JobSpec], cfg: SimConfig, timeout_s: float) -> None:
+        super().__init__()
         self.cfg = cfg
         self.timeout_s = timeout_s
         self.rng = random.Random(cfg.seed)
@@ -109,30 +133,18 @@ class _FragmentSim:
         self.table = JobTable(sched, cfg.window, self.backend)
         # Preemption on a switch rule that has none (module doc).
         self.preempt_on_atp = sched.policy.preempts and sched.policy.switch_rule() == "atp"
-        self.clock = VirtualClock()
         self.regs = self.backend.registers
         self.configs = self.backend.pipeline.jobs  # the job table, by switch job id
         self.runs: dict[int, _Run] = {}  # by switch job id
         self.ps: dict[int, _PsServer] = {}  # by SimConfig.ps_of
-        self.heap: list[tuple[float, int, Callable[[], None]]] = []
-        self.counter = 0
-        self.events = 0
         self.util: list[UtilSample] = []
         self.util_at = 0.0
         self.switch_free = 0.0  # when the switch finishes the packets it has (switch_pps)
         for spec in jobs:
             self.at(spec.arrival_s, partial(self.arrive, spec))
 
-    def at(self, t: float, action: Callable[[], None]) -> None:
-        self.counter += 1
-        heapq.heappush(self.heap, (t, self.counter, action))
-
     def run(self) -> RunResult:
-        while self.heap:
-            t, _, action = heapq.heappop(self.heap)
-            self.clock.advance_to(t)
-            self.events += 1
-            action()
+        self.play()
         left = sum(1 for r in self.table.records.values() if r.state != JobState.FINISHED)
         results, util, refused = self.table.results(), tuple(self.util), self.table.refused()
         return RunResult(self.cfg, results, util, self.events, left, refused)
